@@ -1,0 +1,191 @@
+//! `BertConfig`: the HF `config.json` of a BERT model, as data.
+//!
+//! Field names and meanings follow transformers' `BertConfig`; `Default` is bert-base-uncased, so
+//! a `config.json` that leaves a field out gets the value HF would use.
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+use crate::Error;
+
+/// Hyper-parameters of a BERT encoder and its classification head, read from `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BertConfig {
+    /// Size of the WordPiece vocabulary.
+    pub vocab_size: usize,
+    /// Width of every hidden state (`H`).
+    pub hidden_size: usize,
+    /// Number of encoder layers (`L`), each one a `phi_t`.
+    pub num_hidden_layers: usize,
+    /// Attention heads per layer; `hidden_size` must be a multiple of it.
+    pub num_attention_heads: usize,
+    /// Width of the feed-forward block.
+    pub intermediate_size: usize,
+    /// Activation of the feed-forward block; only the exact (erf) GELU is supported.
+    pub hidden_act: String,
+    /// Dropout on embeddings, attention output, feed-forward output and the classifier input.
+    pub hidden_dropout_prob: f64,
+    /// Dropout on the attention probabilities.
+    pub attention_probs_dropout_prob: f64,
+    /// Longest sequence the position embeddings cover.
+    pub max_position_embeddings: usize,
+    /// Number of segment (token type) embeddings.
+    pub type_vocab_size: usize,
+    /// Standard deviation of the truncated-normal initialiser for fresh weights.
+    pub initializer_range: f64,
+    /// Epsilon of every LayerNorm.
+    pub layer_norm_eps: f64,
+    /// Id of the padding token.
+    pub pad_token_id: usize,
+    /// Dropout before the classifier; `None` means `hidden_dropout_prob` (HF's rule).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classifier_dropout: Option<f64>,
+    /// Label names by class index; its length is the number of classes of the head.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id2label: Option<std::collections::BTreeMap<String, String>>,
+    /// HF model type, always "bert" here.
+    pub model_type: String,
+    /// HF architectures list; we write `BertForSequenceClassification` when a head exists.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub architectures: Vec<String>,
+    /// Everything else in `config.json`, kept so that a saved config round-trips.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Default for BertConfig {
+    fn default() -> Self {
+        Self {
+            vocab_size: 30522,
+            hidden_size: 768,
+            num_hidden_layers: 12,
+            num_attention_heads: 12,
+            intermediate_size: 3072,
+            hidden_act: "gelu".into(),
+            hidden_dropout_prob: 0.1,
+            attention_probs_dropout_prob: 0.1,
+            max_position_embeddings: 512,
+            type_vocab_size: 2,
+            initializer_range: 0.02,
+            layer_norm_eps: 1e-12,
+            pad_token_id: 0,
+            classifier_dropout: None,
+            id2label: None,
+            model_type: "bert".into(),
+            architectures: Vec::new(),
+            extra: serde_json::Map::new(),
+        }
+    }
+}
+
+impl BertConfig {
+    /// Reads and validates `config.json`.
+    pub fn from_file(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let config: Self = serde_json::from_str(&text).map_err(|e| Error::Json {
+            path: path.into(),
+            line: e.line(),
+            message: e.to_string(),
+        })?;
+        config.validate().map_err(|message| Error::Config { path: path.into(), message })?;
+        Ok(config)
+    }
+
+    /// Checks the invariants the model relies on.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.hidden_size == 0 || self.num_attention_heads == 0 {
+            return Err("hidden_size and num_attention_heads must be positive".into());
+        }
+        if self.hidden_size % self.num_attention_heads != 0 {
+            return Err(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        if !matches!(self.hidden_act.as_str(), "gelu" | "gelu_python") {
+            return Err(format!(
+                "hidden_act {:?} is not supported (only the exact erf GELU, \"gelu\")",
+                self.hidden_act
+            ));
+        }
+        for (name, p) in [
+            ("hidden_dropout_prob", self.hidden_dropout_prob),
+            ("attention_probs_dropout_prob", self.attention_probs_dropout_prob),
+        ] {
+            if !(0.0..1.0).contains(&p) {
+                return Err(format!("{name} = {p} is outside [0, 1)"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Width of one attention head.
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads
+    }
+
+    /// Dropout applied to the pooled output before the classifier.
+    pub fn classifier_dropout_prob(&self) -> f64 {
+        self.classifier_dropout.unwrap_or(self.hidden_dropout_prob)
+    }
+
+    /// Number of classes named in `id2label`, if any.
+    pub fn num_labels(&self) -> Option<usize> {
+        self.id2label.as_ref().map(|m| m.len())
+    }
+
+    /// Label names in class order (`LABEL_i` where `id2label` has a gap).
+    pub fn label_names(&self, num_labels: usize) -> Vec<String> {
+        (0..num_labels)
+            .map(|i| {
+                self.id2label
+                    .as_ref()
+                    .and_then(|m| m.get(&i.to_string()).cloned())
+                    .unwrap_or_else(|| format!("LABEL_{i}"))
+            })
+            .collect()
+    }
+
+    /// A small configuration for tests and examples: same structure, tiny sizes.
+    pub fn tiny() -> Self {
+        Self {
+            vocab_size: 100,
+            hidden_size: 16,
+            num_hidden_layers: 2,
+            num_attention_heads: 2,
+            intermediate_size: 32,
+            max_position_embeddings: 32,
+            ..Self::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_bert_base() {
+        let c = BertConfig::default();
+        assert_eq!((c.hidden_size, c.num_hidden_layers, c.num_attention_heads), (768, 12, 12));
+        assert_eq!(c.head_dim(), 64);
+    }
+
+    #[test]
+    fn missing_fields_take_defaults_and_extras_round_trip() {
+        let c: BertConfig =
+            serde_json::from_str(r#"{"hidden_size": 384, "num_attention_heads": 12, "foo": 1}"#)
+                .unwrap();
+        assert_eq!(c.intermediate_size, 3072);
+        assert_eq!(c.extra["foo"], 1);
+        let back: serde_json::Value = serde_json::to_value(&c).unwrap();
+        assert_eq!(back["foo"], 1);
+    }
+
+    #[test]
+    fn bad_head_count_is_rejected() {
+        let c = BertConfig { hidden_size: 10, num_attention_heads: 3, ..BertConfig::default() };
+        assert!(c.validate().unwrap_err().contains("multiple"));
+    }
+}

@@ -1,0 +1,393 @@
+//! One BERT layer, `phi_t`, with its hand-written vector-Jacobian product.
+//!
+//! IM-BERT needs `J_phi(z)^T r` inside its forward pass and then trains *through* it, which asks
+//! for second derivatives. burn has first-order autodiff only, so the VJP is written out here from
+//! ordinary tensor ops: the outer `backward()` then differentiates it like any other code and the
+//! training gradient is exact. Every sub-block's forward is followed directly by its backward
+//! (llm.c order: gradient of the input first, then the incoming gradient, then the forward's
+//! cache). The forward mirrors HF `BertLayer` (modeling_bert.py): self-attention, output dense +
+//! residual + LayerNorm, intermediate dense + GELU, output dense + residual + LayerNorm.
+
+use burn::module::Module;
+use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::tensor::activation::softmax;
+use burn::tensor::backend::Backend;
+use burn::tensor::module::linear;
+use burn::tensor::{Distribution, Tensor};
+
+use crate::config::BertConfig;
+
+/// Additive attention bias of padded keys: large enough that softmax gives them exactly 0.
+pub const MASKED_SCORE: f32 = -1.0e9;
+
+/// Context that every layer of one forward pass shares.
+#[derive(Debug, Clone)]
+pub struct LayerContext<B: Backend> {
+    /// `[batch, 1, 1, seq]`: 0 for real tokens, `MASKED_SCORE` for padding.
+    pub attention_bias: Tensor<B, 4>,
+    /// Dropout probabilities; both 0 when not training.
+    pub hidden_dropout: f64,
+    pub attention_dropout: f64,
+}
+
+/// `BertLayer`: `phi_t` in the paper.
+#[derive(Module, Debug)]
+pub struct BertLayer<B: Backend> {
+    pub attention: BertAttention<B>,
+    pub intermediate: BertIntermediate<B>,
+    pub output: BertOutput<B>,
+}
+
+/// HF `BertAttention`: self-attention plus its output projection and first residual LayerNorm.
+#[derive(Module, Debug)]
+pub struct BertAttention<B: Backend> {
+    /// HF's `attention.self` (`self` is a Rust keyword).
+    pub self_attention: BertSelfAttention<B>,
+    pub output: BertSelfOutput<B>,
+}
+
+#[derive(Module, Debug)]
+pub struct BertSelfAttention<B: Backend> {
+    pub query: Linear<B>,
+    pub key: Linear<B>,
+    pub value: Linear<B>,
+    #[module(skip)]
+    pub num_heads: usize,
+}
+
+#[derive(Module, Debug)]
+pub struct BertSelfOutput<B: Backend> {
+    pub dense: Linear<B>,
+    pub layer_norm: LayerNorm<B>,
+    #[module(skip)]
+    pub eps: f64,
+}
+
+#[derive(Module, Debug)]
+pub struct BertIntermediate<B: Backend> {
+    pub dense: Linear<B>,
+}
+
+#[derive(Module, Debug)]
+pub struct BertOutput<B: Backend> {
+    pub dense: Linear<B>,
+    pub layer_norm: LayerNorm<B>,
+    #[module(skip)]
+    pub eps: f64,
+}
+
+/// What the forward keeps for the VJP: everything `J_phi^T` needs, and the dropout masks, so that
+/// phi and its VJP see the same mask.
+#[derive(Debug, Clone)]
+pub struct LayerCache<B: Backend> {
+    q: Tensor<B, 4>, // [batch, heads, seq, head_dim]
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    probs: Tensor<B, 4>, // [batch, heads, seq, seq], before dropout
+    probs_keep: Option<Tensor<B, 4>>,
+    attention_keep: Option<Tensor<B, 3>>,
+    ln1: LayerNormCache<B>,
+    gelu_in: Tensor<B, 3>,  // [batch, seq, intermediate]
+    gelu_cdf: Tensor<B, 3>, // Phi(gelu_in)
+    ffn_keep: Option<Tensor<B, 3>>,
+    ln2: LayerNormCache<B>,
+}
+
+impl<B: Backend> LayerCache<B> {
+    /// The same cache cut off from the autodiff graph: the VJP built on it is a constant for the
+    /// outer backward (the `InnerGradient::Detached` approximation).
+    pub fn detach(self) -> Self {
+        let d3 = |t: Tensor<B, 3>| t.detach();
+        let d4 = |t: Tensor<B, 4>| t.detach();
+        Self {
+            q: d4(self.q),
+            k: d4(self.k),
+            v: d4(self.v),
+            probs: d4(self.probs),
+            probs_keep: self.probs_keep.map(d4),
+            attention_keep: self.attention_keep.map(d3),
+            ln1: self.ln1.detach(),
+            gelu_in: d3(self.gelu_in),
+            gelu_cdf: d3(self.gelu_cdf),
+            ffn_keep: self.ffn_keep.map(d3),
+            ln2: self.ln2.detach(),
+        }
+    }
+}
+
+impl<B: Backend> BertLayer<B> {
+    pub fn new(config: &BertConfig, device: &B::Device) -> Self {
+        let h = config.hidden_size;
+        let lin = |i, o| LinearConfig::new(i, o).init(device);
+        let ln = || LayerNormConfig::new(h).with_epsilon(config.layer_norm_eps).init(device);
+        Self {
+            attention: BertAttention {
+                self_attention: BertSelfAttention {
+                    query: lin(h, h),
+                    key: lin(h, h),
+                    value: lin(h, h),
+                    num_heads: config.num_attention_heads,
+                },
+                output: BertSelfOutput {
+                    dense: lin(h, h),
+                    layer_norm: ln(),
+                    eps: config.layer_norm_eps,
+                },
+            },
+            intermediate: BertIntermediate { dense: lin(h, config.intermediate_size) },
+            output: BertOutput {
+                dense: lin(config.intermediate_size, h),
+                layer_norm: ln(),
+                eps: config.layer_norm_eps,
+            },
+        }
+    }
+
+    /// `phi(h)`: `[batch, seq, hidden]` -> `[batch, seq, hidden]`.
+    pub fn forward(&self, hidden_states: Tensor<B, 3>, ctx: &LayerContext<B>) -> Tensor<B, 3> {
+        self.forward_cached(hidden_states, ctx).0
+    }
+
+    /// `phi(h)` and the cache its VJP needs ("for the backward pass").
+    pub fn forward_cached(
+        &self,
+        hidden_states: Tensor<B, 3>,
+        ctx: &LayerContext<B>,
+    ) -> (Tensor<B, 3>, LayerCache<B>) {
+        let sa = &self.attention.self_attention;
+        let [batch, seq, hidden] = hidden_states.dims();
+        let heads = sa.num_heads;
+        let head_dim = hidden / heads;
+        let split = |t: Tensor<B, 3>| t.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
+
+        // Self-attention: softmax(q k^T / sqrt(d) + bias) v.
+        let q = split(sa.query.forward(hidden_states.clone())); // [b, nh, s, dh]
+        let k = split(sa.key.forward(hidden_states.clone()));
+        let v = split(sa.value.forward(hidden_states.clone()));
+        let scale = (head_dim as f64).powf(-0.5);
+        let scores = q.clone().matmul(k.clone().swap_dims(2, 3)).mul_scalar(scale)
+            + ctx.attention_bias.clone(); // [b, nh, s, s]
+        let probs = softmax(scores, 3);
+        let probs_keep = dropout_mask(&probs, ctx.attention_dropout);
+        let probs_dropped = apply_keep(probs.clone(), &probs_keep);
+        let context = probs_dropped.matmul(v.clone()).swap_dims(1, 2).reshape([batch, seq, hidden]);
+
+        // Attention output: dense -> dropout -> residual -> LayerNorm.
+        let attn = self.attention.output.dense.forward(context);
+        let attention_keep = dropout_mask(&attn, ctx.hidden_dropout);
+        let attn = apply_keep(attn, &attention_keep) + hidden_states;
+        let (x1, ln1) = layer_norm_forward(attn, &self.attention.output.layer_norm, self.attention.output.eps);
+
+        // Feed-forward: dense -> exact GELU -> dense -> dropout -> residual -> LayerNorm.
+        let gelu_in = self.intermediate.dense.forward(x1.clone());
+        let (gelu_out, gelu_cdf) = gelu_forward(gelu_in.clone());
+        let ffn = self.output.dense.forward(gelu_out);
+        let ffn_keep = dropout_mask(&ffn, ctx.hidden_dropout);
+        let ffn = apply_keep(ffn, &ffn_keep) + x1;
+        let (y, ln2) = layer_norm_forward(ffn, &self.output.layer_norm, self.output.eps);
+
+        let cache = LayerCache {
+            q,
+            k,
+            v,
+            probs,
+            probs_keep,
+            attention_keep,
+            ln1,
+            gelu_in,
+            gelu_cdf,
+            ffn_keep,
+            ln2,
+        };
+        (y, cache)
+    }
+
+    /// `J_phi(h)^T dout`: the gradient of `sum(phi(h) * dout)` with respect to `h`, at the `h` the
+    /// cache was made from. Runs the forward's steps in reverse order.
+    pub fn vjp(&self, cache: &LayerCache<B>, dout: Tensor<B, 3>) -> Tensor<B, 3> {
+        let sa = &self.attention.self_attention;
+        let [batch, seq, hidden] = dout.dims();
+        let heads = sa.num_heads;
+        let head_dim = hidden / heads;
+        let split = |t: Tensor<B, 3>| t.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
+        let merge = |t: Tensor<B, 4>| t.swap_dims(1, 2).reshape([batch, seq, hidden]);
+
+        // Feed-forward block, reversed.
+        let dffn = layer_norm_backward(dout, &cache.ln2, &self.output.layer_norm); // [b, s, h]
+        let dffn_dense = apply_keep(dffn.clone(), &cache.ffn_keep);
+        let dgelu_out = linear_input_backward(&self.output.dense, dffn_dense); // [b, s, i]
+        let dgelu_in = gelu_backward(dgelu_out, &cache.gelu_in, &cache.gelu_cdf);
+        // term 1: the residual path; term 2: through the intermediate dense.
+        let dx1 = dffn + linear_input_backward(&self.intermediate.dense, dgelu_in);
+
+        // Attention block, reversed.
+        let dattn = layer_norm_backward(dx1, &cache.ln1, &self.attention.output.layer_norm);
+        let dattn_dense = apply_keep(dattn.clone(), &cache.attention_keep);
+        let dcontext = split(linear_input_backward(&self.attention.output.dense, dattn_dense));
+        let probs_dropped = apply_keep(cache.probs.clone(), &cache.probs_keep);
+        let dv = probs_dropped.swap_dims(2, 3).matmul(dcontext.clone()); // [b, nh, s, dh]
+        let dprobs = apply_keep(dcontext.matmul(cache.v.clone().swap_dims(2, 3)), &cache.probs_keep);
+        let dscores = softmax_backward(dprobs, &cache.probs); // [b, nh, s, s]
+        let scale = (head_dim as f64).powf(-0.5);
+        let dq = dscores.clone().matmul(cache.k.clone()).mul_scalar(scale);
+        let dk = dscores.swap_dims(2, 3).matmul(cache.q.clone()).mul_scalar(scale);
+
+        // term 1: the residual path; terms 2-4: through query, key and value.
+        dattn
+            + linear_input_backward(&sa.query, merge(dq))
+            + linear_input_backward(&sa.key, merge(dk))
+            + linear_input_backward(&sa.value, merge(dv))
+    }
+}
+
+/// Input-gradient of `x W + b`: `dout W^T`.
+fn linear_input_backward<B: Backend, const D: usize>(lin: &Linear<B>, dout: Tensor<B, D>) -> Tensor<B, D> {
+    linear(dout, lin.weight.val().transpose(), None)
+}
+
+/// Exact GELU, `x * Phi(x)`, built from `erf` so that autodiff differentiates the true function.
+/// Returns the output and `Phi(x)`, which the backward reuses.
+pub fn gelu_forward<B: Backend, const D: usize>(x: Tensor<B, D>) -> (Tensor<B, D>, Tensor<B, D>) {
+    let cdf = x.clone().mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5);
+    (x * cdf.clone(), cdf)
+}
+
+/// `d/dx [x Phi(x)] = Phi(x) + x phi(x)`.
+fn gelu_backward<B: Backend, const D: usize>(
+    dout: Tensor<B, D>,
+    x: &Tensor<B, D>,
+    cdf: &Tensor<B, D>,
+) -> Tensor<B, D> {
+    let inv_sqrt_2pi = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
+    let pdf = x.clone().powi_scalar(2).mul_scalar(-0.5).exp().mul_scalar(inv_sqrt_2pi);
+    dout * (cdf.clone() + x.clone() * pdf)
+}
+
+/// Normalised input and reciprocal standard deviation of one LayerNorm.
+#[derive(Debug, Clone)]
+pub struct LayerNormCache<B: Backend> {
+    x_hat: Tensor<B, 3>, // [batch, seq, hidden]
+    rstd: Tensor<B, 3>,  // [batch, seq, 1]
+}
+
+impl<B: Backend> LayerNormCache<B> {
+    fn detach(self) -> Self {
+        Self { x_hat: self.x_hat.detach(), rstd: self.rstd.detach() }
+    }
+}
+
+/// `gamma * (x - mean) / sqrt(var + eps) + beta` over the last dimension (biased variance, as
+/// PyTorch).
+pub fn layer_norm_forward<B: Backend>(
+    x: Tensor<B, 3>,
+    ln: &LayerNorm<B>,
+    eps: f64,
+) -> (Tensor<B, 3>, LayerNormCache<B>) {
+    let centered = x.clone() - x.mean_dim(2);
+    let var = centered.clone().powi_scalar(2).mean_dim(2);
+    let rstd = var.add_scalar(eps).sqrt().recip();
+    let x_hat = centered * rstd.clone();
+    let hidden = x_hat.dims()[2];
+    let mut y = x_hat.clone() * ln.gamma.val().reshape([1, 1, hidden]);
+    if let Some(beta) = &ln.beta {
+        y = y + beta.val().reshape([1, 1, hidden]);
+    }
+    (y, LayerNormCache { x_hat, rstd })
+}
+
+/// `dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))` with `g = dout * gamma`.
+fn layer_norm_backward<B: Backend>(
+    dout: Tensor<B, 3>,
+    cache: &LayerNormCache<B>,
+    ln: &LayerNorm<B>,
+) -> Tensor<B, 3> {
+    let hidden = dout.dims()[2];
+    let g = dout * ln.gamma.val().reshape([1, 1, hidden]);
+    let mean_g = g.clone().mean_dim(2);
+    let mean_gx = (g.clone() * cache.x_hat.clone()).mean_dim(2);
+    (g - mean_g - cache.x_hat.clone() * mean_gx) * cache.rstd.clone()
+}
+
+/// Softmax input-gradient: `p * (dp - sum(dp * p))` along the last dimension.
+fn softmax_backward<B: Backend>(dprobs: Tensor<B, 4>, probs: &Tensor<B, 4>) -> Tensor<B, 4> {
+    let dot = (dprobs.clone() * probs.clone()).sum_dim(3);
+    probs.clone() * (dprobs - dot)
+}
+
+/// Inverted-dropout keep mask (`1/(1-p)` where kept, 0 where dropped), or `None` when `p == 0`.
+fn dropout_mask<B: Backend, const D: usize>(like: &Tensor<B, D>, p: f64) -> Option<Tensor<B, D>> {
+    (p > 0.0).then(|| {
+        Tensor::random(like.shape(), Distribution::Bernoulli(1.0 - p), &like.device())
+            .mul_scalar(1.0 / (1.0 - p))
+    })
+}
+
+/// Dropout forward and backward are the same product with the keep mask.
+fn apply_keep<B: Backend, const D: usize>(x: Tensor<B, D>, keep: &Option<Tensor<B, D>>) -> Tensor<B, D> {
+    match keep {
+        Some(k) => x * k.clone(),
+        None => x,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, NdArray};
+    use burn::tensor::TensorData;
+
+    type B = Autodiff<NdArray<f64>>;
+
+    /// `[batch, 1, 1, seq]` bias for items of the given lengths.
+    fn bias(lengths: &[usize], seq: usize) -> Tensor<B, 4> {
+        let v: Vec<f64> = lengths
+            .iter()
+            .flat_map(|&n| (0..seq).map(move |j| if j < n { 0.0 } else { MASKED_SCORE as f64 }))
+            .collect();
+        Tensor::from_data(TensorData::new(v, [lengths.len(), 1, 1, seq]), &Default::default())
+    }
+
+    /// `vjp(h, r)` against burn autodiff's gradient of `sum(phi(h) * r)`, with padding, with and
+    /// without dropout (the cache carries the masks, so both see the same ones).
+    fn check(hidden_dropout: f64, attention_dropout: f64) -> f64 {
+        let device = Default::default();
+        let config = BertConfig { hidden_size: 12, num_attention_heads: 3, intermediate_size: 20, ..BertConfig::tiny() };
+        let phi = BertLayer::<B>::new(&config, &device);
+        let ctx = LayerContext { attention_bias: bias(&[5, 3], 5), hidden_dropout, attention_dropout };
+        let h = Tensor::<B, 3>::random([2, 5, 12], Distribution::Normal(0.0, 1.0), &device).require_grad();
+        let r = Tensor::<B, 3>::random([2, 5, 12], Distribution::Normal(0.0, 1.0), &device);
+        let (y, cache) = phi.forward_cached(h.clone(), &ctx);
+        let ours: Vec<f64> = phi.vjp(&cache, r.clone()).into_data().into_vec().unwrap();
+        let grads = (y * r).sum().backward();
+        let autodiff: Vec<f64> = h.grad(&grads).unwrap().into_data().into_vec().unwrap();
+        let scale = autodiff.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        let diff = ours.iter().zip(&autodiff).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        diff / scale
+    }
+
+    #[test]
+    fn vjp_matches_autodiff() {
+        let rel = check(0.0, 0.0);
+        println!("max relative |vjp - autodiff| = {rel:.2e}");
+        assert!(rel < 1e-10, "{rel}");
+    }
+
+    #[test]
+    fn vjp_matches_autodiff_with_dropout() {
+        let rel = check(0.3, 0.2);
+        println!("with dropout: max relative |vjp - autodiff| = {rel:.2e}");
+        assert!(rel < 1e-10, "{rel}");
+    }
+
+    #[test]
+    fn gelu_is_exact_erf_form() {
+        let x = Tensor::<NdArray<f64>, 1>::from_data(TensorData::new(vec![-3.0, -0.5, 0.0, 1.0, 2.5], [5]), &Default::default());
+        let (y, _) = gelu_forward(x);
+        let y: Vec<f64> = y.into_data().into_vec().unwrap();
+        // x * Phi(x) at the same points, from Python's math.erf.
+        let expected = [-0.00404969409489031, -0.15426876936299344, 0.0, 0.8413447460685429, 2.4844758366855597];
+        for (a, b) in y.iter().zip(expected) {
+            assert!((a - b).abs() < 1e-9, "{a} vs {b}");
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! IM-BERT: BERT whose layers are joined by an implicit Euler step, after "IM-BERT: Enhancing
+//! Robustness of BERT through the Implicit Euler Method" (EMNLP 2024).
+//!
+//! - [`implicit_euler`]: the connections (BERT, EX-BERT, IM-BERT) and Algorithm 1.
+//! - [`layer`]: one BERT layer `phi_t` and its hand-written vector-Jacobian product.
+//! - [`model`]: embeddings, encoder, pooler and classification head.
+//! - [`checkpoint`]: HF directories in and out; [`tokenizer`]: WordPiece batches.
+//!
+//! Everything is generic over burn's `Backend` and compiles for wasm32, so the trainer and the
+//! browser demo share one definition.
+
+pub mod checkpoint;
+pub mod config;
+pub mod data;
+pub mod error;
+pub mod implicit_euler;
+pub mod layer;
+pub mod model;
+pub mod tokenizer;
+
+pub use config::BertConfig;
+pub use error::Error;
+pub use implicit_euler::{Connection, ConnectionSpec, ImplicitEuler, InnerGradient};
+pub use model::{BertClassifier, BertInput, ClassifierOutput, ForwardOptions};
+pub use tokenizer::{BertTokenizer, EncodedBatch};

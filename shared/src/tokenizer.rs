@@ -1,0 +1,235 @@
+//! WordPiece tokenisation into model-ready batches, with HF's `tokenizers` crate.
+//!
+//! Reads `tokenizer.json` (or builds BERT's WordPiece pipeline from `vocab.txt` when only that
+//! exists), and encodes single sentences or pairs with longest-first truncation, padding to the
+//! longest item and token type ids, exactly as HF's `BertTokenizerFast` does.
+
+use std::path::Path;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use tokenizers::decoders::wordpiece::WordPiece as WordPieceDecoder;
+use tokenizers::models::wordpiece::WordPiece;
+use tokenizers::normalizers::bert::BertNormalizer;
+use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
+use tokenizers::processors::bert::BertProcessing;
+use tokenizers::{
+    EncodeInput, PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, TruncationDirection,
+    TruncationParams, TruncationStrategy,
+};
+
+use crate::model::BertInput;
+use crate::Error;
+
+/// Default maximum sequence length (the paper's fine-tuning setting).
+pub const DEFAULT_MAX_LEN: usize = 128;
+
+/// A BERT WordPiece tokenizer.
+#[derive(Clone)]
+pub struct BertTokenizer {
+    inner: Tokenizer,
+    pad_id: u32,
+}
+
+/// An encoded batch on the host: row-major `[batch, seq]` arrays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncodedBatch {
+    pub batch: usize,
+    pub seq: usize,
+    pub input_ids: Vec<i64>,
+    pub token_type_ids: Vec<i64>,
+    pub attention_mask: Vec<i64>,
+    /// The tokens of each item, padding included.
+    pub tokens: Vec<Vec<String>>,
+}
+
+impl EncodedBatch {
+    /// Uploads the batch to `device`.
+    pub fn to_input<B: Backend>(&self, device: &B::Device) -> BertInput<B> {
+        let shape = [self.batch, self.seq];
+        let t = |v: &Vec<i64>| Tensor::<B, 2, Int>::from_data(TensorData::new(v.clone(), shape), device);
+        BertInput {
+            input_ids: t(&self.input_ids),
+            token_type_ids: t(&self.token_type_ids),
+            attention_mask: t(&self.attention_mask),
+        }
+    }
+
+    /// Number of real (non-padding) tokens of item `i`.
+    pub fn length(&self, i: usize) -> usize {
+        self.attention_mask[i * self.seq..(i + 1) * self.seq].iter().filter(|&&m| m != 0).count()
+    }
+}
+
+impl BertTokenizer {
+    /// `tokenizer.json` from `dir`, else a WordPiece tokenizer from `vocab.txt` (lower-casing
+    /// unless `tokenizer_config.json` says `do_lower_case: false`).
+    pub fn from_dir(dir: &Path) -> Result<Self, Error> {
+        let json = dir.join("tokenizer.json");
+        if json.exists() {
+            let bytes = std::fs::read(&json).map_err(|e| Error::io(&json, e))?;
+            return Self::from_json_bytes(&bytes)
+                .map_err(|e| Error::Tokenizer(format!("{}: {e}", json.display())));
+        }
+        let vocab = dir.join("vocab.txt");
+        if vocab.exists() {
+            let lowercase = read_do_lower_case(&dir.join("tokenizer_config.json"))?;
+            return Self::from_vocab_file(&vocab, lowercase);
+        }
+        Err(Error::Tokenizer(format!(
+            "{}: neither tokenizer.json nor vocab.txt found",
+            dir.display()
+        )))
+    }
+
+    /// A tokenizer from the bytes of a `tokenizer.json` (how the browser hands it over).
+    pub fn from_json_bytes(bytes: &[u8]) -> Result<Self, Error> {
+        let inner = Tokenizer::from_bytes(bytes).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Self::new(inner)
+    }
+
+    /// BERT's WordPiece pipeline built from a `vocab.txt`, as HF's `BertTokenizerFast` builds it.
+    pub fn from_vocab_file(vocab: &Path, lowercase: bool) -> Result<Self, Error> {
+        let path = vocab.to_str().ok_or_else(|| Error::Tokenizer(format!("{}: path is not UTF-8", vocab.display())))?;
+        let model = WordPiece::from_file(path)
+            .unk_token("[UNK]".into())
+            .build()
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", vocab.display())))?;
+        let id = |tok: &str| {
+            tokenizers::Model::token_to_id(&model, tok)
+                .ok_or_else(|| Error::Tokenizer(format!("{}: no {tok} token", vocab.display())))
+        };
+        let (cls, sep) = (id("[CLS]")?, id("[SEP]")?);
+        let mut inner = Tokenizer::new(model);
+        inner
+            .with_normalizer(Some(BertNormalizer::new(true, true, None, lowercase)))
+            .with_pre_tokenizer(Some(BertPreTokenizer))
+            .with_post_processor(Some(BertProcessing::new(("[SEP]".into(), sep), ("[CLS]".into(), cls))))
+            .with_decoder(Some(WordPieceDecoder::default()));
+        Self::new(inner)
+    }
+
+    fn new(mut inner: Tokenizer) -> Result<Self, Error> {
+        let pad_id = inner
+            .token_to_id("[PAD]")
+            .ok_or_else(|| Error::Tokenizer("vocabulary has no [PAD] token".into()))?;
+        // Our own padding and truncation replace whatever the file set (sentence-transformers
+        // files pad every item to 128).
+        inner.with_padding(None);
+        inner.with_truncation(None).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(Self { inner, pad_id })
+    }
+
+    /// The wrapped HF tokenizer.
+    pub fn inner(&self) -> &Tokenizer {
+        &self.inner
+    }
+
+    /// Size of the vocabulary, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// Encodes sentences (`text_b = None`) or pairs, truncated longest-first to `max_len` tokens
+    /// (special tokens included) and padded to the longest item.
+    pub fn encode(&self, items: &[(&str, Option<&str>)], max_len: usize) -> Result<EncodedBatch, Error> {
+        if items.is_empty() {
+            return Err(Error::Input("nothing to encode: the batch is empty".into()));
+        }
+        if max_len < 4 {
+            return Err(Error::Input(format!("max_len {max_len} leaves no room for text")));
+        }
+        let mut tok = self.inner.clone();
+        tok.with_truncation(Some(TruncationParams {
+            direction: TruncationDirection::Right,
+            max_length: max_len,
+            strategy: TruncationStrategy::LongestFirst,
+            stride: 0,
+        }))
+        .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        tok.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            direction: PaddingDirection::Right,
+            pad_to_multiple_of: None,
+            pad_id: self.pad_id,
+            pad_type_id: 0,
+            pad_token: "[PAD]".into(),
+        }));
+        let inputs: Vec<EncodeInput> = items
+            .iter()
+            .map(|(a, b)| match b {
+                Some(b) => EncodeInput::from((a.to_string(), b.to_string())),
+                None => EncodeInput::from(a.to_string()),
+            })
+            .collect();
+        let encodings = tok.encode_batch(inputs, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let seq = encodings.first().map_or(0, |e| e.len());
+        let mut out = EncodedBatch {
+            batch: encodings.len(),
+            seq,
+            input_ids: Vec::with_capacity(encodings.len() * seq),
+            token_type_ids: Vec::with_capacity(encodings.len() * seq),
+            attention_mask: Vec::with_capacity(encodings.len() * seq),
+            tokens: Vec::with_capacity(encodings.len()),
+        };
+        for e in &encodings {
+            out.input_ids.extend(e.get_ids().iter().map(|&x| x as i64));
+            out.token_type_ids.extend(e.get_type_ids().iter().map(|&x| x as i64));
+            out.attention_mask.extend(e.get_attention_mask().iter().map(|&x| x as i64));
+            out.tokens.push(e.get_tokens().to_vec());
+        }
+        Ok(out)
+    }
+}
+
+fn read_do_lower_case(path: &Path) -> Result<bool, Error> {
+    if !path.exists() {
+        return Ok(true);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Json {
+        path: path.into(),
+        line: e.line(),
+        message: e.to_string(),
+    })?;
+    Ok(value.get("do_lower_case").and_then(|v| v.as_bool()).unwrap_or(true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny_vocab() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("imbert-vocab-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nsat\n##s\non\nmat\n.\n";
+        std::fs::write(dir.join("vocab.txt"), vocab).unwrap();
+        dir
+    }
+
+    #[test]
+    fn vocab_only_dir_encodes_pairs_with_padding() {
+        let dir = tiny_vocab();
+        let tok = BertTokenizer::from_dir(&dir).unwrap();
+        let batch = tok.encode(&[("The cats sat.", None), ("the cat", Some("on the mat"))], 16).unwrap();
+        assert_eq!(batch.tokens[0], ["[CLS]", "the", "cat", "##s", "sat", ".", "[SEP]", "[PAD]"]);
+        assert_eq!(batch.tokens[1], ["[CLS]", "the", "cat", "[SEP]", "on", "the", "mat", "[SEP]"]);
+        assert_eq!(&batch.token_type_ids[8..], &[0, 0, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(batch.length(0), 7);
+        assert_eq!(batch.attention_mask[7], 0);
+    }
+
+    #[test]
+    fn truncation_is_longest_first() {
+        let dir = tiny_vocab();
+        let tok = BertTokenizer::from_dir(&dir).unwrap();
+        let batch = tok.encode(&[("the cat the cat the cat", Some("mat"))], 7).unwrap();
+        assert_eq!(batch.tokens[0], ["[CLS]", "the", "cat", "the", "[SEP]", "mat", "[SEP]"]);
+    }
+
+    #[test]
+    fn missing_files_are_a_clear_error() {
+        let err = BertTokenizer::from_dir(Path::new("/nonexistent-dir")).err().unwrap();
+        assert!(err.to_string().contains("neither tokenizer.json nor vocab.txt"));
+    }
+}

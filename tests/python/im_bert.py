@@ -1,0 +1,47 @@
+"""IM-BERT in PyTorch on top of transformers' BERT: the reference the Rust code is checked against.
+
+Algorithm 1: z0 = h + phi(h); for i < T: r = z - h - phi(z); z = z - gamma * grad_z ||r||^2,
+with the gradient taken by autograd with create_graph=True so that training differentiates
+through every iteration. r is summed over real (non-padding) tokens only.
+"""
+
+import torch
+
+
+def _phi(layer, z, ext_mask):
+    out = layer(z, attention_mask=ext_mask)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def im_forward(model, input_ids, token_type_ids, attention_mask, im_layers, T, gamma, ex_layers=()):
+    """Logits of a BertForSequenceClassification whose layers in `im_layers` use the implicit
+    Euler connection (those in `ex_layers` the explicit one), and each IM layer's squared residual
+    norm before each iteration and after the last."""
+    bert = model.bert
+    dtype = next(model.parameters()).dtype
+    h = bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+    ext = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+    tok = attention_mask[:, :, None].to(dtype)
+    residuals = {}
+    for t, layer in enumerate(bert.encoder.layer):
+        if t in im_layers:
+            z = h + _phi(layer, h, ext)
+            res = []
+            for _ in range(T):
+                if not z.requires_grad:
+                    z = z.requires_grad_()
+                r = (z - h - _phi(layer, z, ext)) * tok
+                loss = (r * r).sum()
+                res.append(loss)
+                (g,) = torch.autograd.grad(loss, z, create_graph=True)
+                z = z - gamma * g
+            r = (z - h - _phi(layer, z, ext)) * tok
+            res.append((r * r).sum())
+            residuals[t] = res
+            h = z
+        elif t in ex_layers:
+            h = h + _phi(layer, h, ext)
+        else:
+            h = _phi(layer, h, ext)
+    pooled = bert.pooler(h)
+    return model.classifier(model.dropout(pooled)), residuals

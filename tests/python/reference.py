@@ -1,0 +1,196 @@
+"""Reference values from PyTorch + transformers for the Rust tests.
+
+Run once (the Rust tests read the committed files):
+    python tests/python/reference.py --minilm models/all-minilm-l6-v2 --out tests/fixtures
+
+Writes
+- minilm_hidden.safetensors: token ids, masks and every hidden state of MiniLM-L6 for a padded
+  batch of sentences and pairs (plain BERT), for the layer-by-layer parity test.
+- tokenizer_reference.json: HF tokenizer ids for varied sentences and pairs.
+- tiny-bert/: a small random BertForSequenceClassification (HF directory); tiny-bert-bin/: the
+  same weights as pytorch_model.bin.
+- tiny_im_reference.safetensors: logits, loss and every parameter gradient of tiny-bert with an
+  IM connection (Algorithm 1, T=3) on layer 1, differentiated through the inner loop with
+  create_graph=True, in float64.
+"""
+
+import argparse
+import json
+import pathlib
+
+import torch
+from safetensors.torch import save_file
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
+
+from im_bert import im_forward
+
+SENTENCES = [
+    ("the movie was wonderful , a delight from start to finish .", None),
+    ("A gripping, heartfelt film.", None),
+    ("I hated it.", None),
+    ("The cat sat on the mat.", "A cat is sitting on a mat."),
+    ("Is the weather nice today?", "It is raining heavily, and the streets are flooded near the river."),
+]
+
+TOKENIZER_CASES = [
+    ("Hello, world!", None),
+    ("Café résumé naïve façade", None),
+    ("I ❤️ this movie 😂😂", None),
+    ("東京は日本の首都です。", None),
+    ("مرحبا بالعالم", None),
+    ("The   spaces\tand\nnewlines", None),
+    ("UPPER lower MiXeD", None),
+    ("don't won't can't it's", None),
+    ("e-mail: someone@example.com, url http://example.org/a?b=c", None),
+    ("<script>alert('x')</script> & &amp; <b>bold</b>", None),
+    ("numbers 3.14159 1,000,000 and 42nd", None),
+    ("supercalifragilisticexpialidocious antidisestablishmentarianism", None),
+    ("Ünïcödé ÀÉÎÕÜ ß ø å", None),
+    ("", None),
+    ("a " * 300, None),
+    ("The premise is short.", "The hypothesis is a bit longer than the premise."),
+    ("How do I learn Rust?", "What is the best way to learn Rust programming?"),
+    ("Ελληνικά κείμενα", "Русский текст"),
+    ("word " * 100, "other " * 100),
+    ("Zürich's 2°C weather – “quotes” and ‘apostrophes’…", "em—dash and ellipsis…"),
+]
+
+
+def minilm_reference(model_dir: pathlib.Path, out: pathlib.Path) -> None:
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = BertModel.from_pretrained(model_dir, attn_implementation="eager").eval()
+    # Single sentences and pairs in one batch, padded by hand (a pair call would append text_b to
+    # every row).
+    singles = tok([s for s, p in SENTENCES if p is None], padding=False, truncation=True, max_length=128)
+    pairs = tok([s for s, p in SENTENCES if p is not None], [p for _, p in SENTENCES if p is not None],
+                padding=False, truncation=True, max_length=128)
+    rows = [(singles["input_ids"][i], singles["token_type_ids"][i]) for i in range(len(singles["input_ids"]))]
+    rows += [(pairs["input_ids"][i], pairs["token_type_ids"][i]) for i in range(len(pairs["input_ids"]))]
+    seq = max(len(ids) for ids, _ in rows)
+    input_ids = torch.zeros(len(rows), seq, dtype=torch.long)
+    token_type_ids = torch.zeros(len(rows), seq, dtype=torch.long)
+    attention_mask = torch.zeros(len(rows), seq, dtype=torch.long)
+    for i, (ids, tt) in enumerate(rows):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        token_type_ids[i, : len(tt)] = torch.tensor(tt)
+        attention_mask[i, : len(ids)] = 1
+    with torch.no_grad():
+        o = model(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
+                  output_hidden_states=True)
+    tensors = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+    for i, h in enumerate(o.hidden_states):
+        tensors[f"hidden.{i}"] = h.contiguous()
+    tensors["pooler_output"] = o.pooler_output.contiguous()
+    save_file(tensors, out / "minilm_hidden.safetensors")
+    (out / "minilm_hidden.json").write_text(json.dumps({"items": SENTENCES}, ensure_ascii=False, indent=1))
+
+    cases = []
+    for text_a, text_b in TOKENIZER_CASES:
+        e = tok(text_a, text_b, truncation=True, max_length=128) if text_b is not None else tok(
+            text_a, truncation=True, max_length=128)
+        cases.append({"text_a": text_a, "text_b": text_b, "input_ids": e["input_ids"],
+                      "token_type_ids": e["token_type_ids"]})
+    (out / "tokenizer_reference.json").write_text(json.dumps({"max_len": 128, "cases": cases}, ensure_ascii=False,
+                                                             indent=1))
+
+
+TINY = dict(vocab_size=99, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+            max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3)
+IM_LAYERS = [1]
+IM_T = 3
+IM_GAMMA = 0.1
+
+
+def tiny_reference(out: pathlib.Path) -> None:
+    torch.manual_seed(0)
+    config = BertConfig(**TINY, attn_implementation="eager")
+    model = BertForSequenceClassification(config).eval()
+    # Larger-than-init weights so that second-order terms are not negligible.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.save_pretrained(out / "tiny-bert", safe_serialization=True)
+    # The same weights as a legacy pytorch_model.bin, for the .bin loader.
+    (out / "tiny-bert-bin").mkdir(exist_ok=True)
+    (out / "tiny-bert-bin" / "config.json").write_text((out / "tiny-bert" / "config.json").read_text())
+    torch.save(model.state_dict(), out / "tiny-bert-bin" / "pytorch_model.bin")
+
+    input_ids = torch.tensor([[2, 17, 45, 9, 3, 0, 0], [2, 5, 6, 7, 8, 11, 3]])
+    token_type_ids = torch.tensor([[0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1, 1]])
+    attention_mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
+    labels = torch.tensor([2, 0])
+
+    model = model.double()
+    logits, residuals = im_forward(model, input_ids, token_type_ids, attention_mask, IM_LAYERS, IM_T, IM_GAMMA)
+    loss = torch.nn.functional.cross_entropy(logits, labels)
+    names = [n for n, _ in model.named_parameters()]
+    grads = torch.autograd.grad(loss, [p for _, p in model.named_parameters()], allow_unused=True)
+    tensors = {
+        "input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
+        "labels": labels, "logits": logits.detach(), "loss": loss.detach().reshape(1),
+    }
+    for layer, res in residuals.items():
+        tensors[f"im_residual.{layer}"] = torch.stack(res).detach()
+    for n, g in zip(names, grads):
+        if g is not None:
+            tensors[f"grad.{n}"] = g.contiguous()
+    save_file(tensors, out / "tiny_im_reference.safetensors")
+    (out / "tiny_im_reference.json").write_text(json.dumps(
+        {"connection": f"im:T={IM_T},gamma={IM_GAMMA},layers={IM_LAYERS[0]}-{IM_LAYERS[-1]}", "dtype": "float64"}))
+
+
+def compare(committed: pathlib.Path, fresh: pathlib.Path) -> int:
+    """Compares regenerated references with the committed ones; returns the number of mismatches."""
+    from safetensors.torch import load_file
+
+    bad = 0
+    for new in sorted(fresh.rglob("*")):
+        if new.is_dir():
+            continue
+        rel = new.relative_to(fresh)
+        old = committed / rel
+        if not old.exists():
+            print(f"MISSING {rel}")
+            bad += 1
+        elif new.suffix == ".safetensors":
+            a, b = load_file(old), load_file(new)
+            if a.keys() != b.keys():
+                print(f"KEYS DIFFER {rel}")
+                bad += 1
+                continue
+            worst = max(((a[k].double() - b[k].double()).abs().max().item() for k in a), default=0.0)
+            status = "ok" if worst < 1e-5 else "DIFFERS"
+            bad += status != "ok"
+            print(f"{status:7} {rel}: max |committed - regenerated| = {worst:.1e}")
+        elif new.suffix == ".json":
+            same = json.loads(old.read_text()) == json.loads(new.read_text())
+            bad += not same
+            print(f"{'ok' if same else 'DIFFERS':7} {rel}")
+    return bad
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minilm", type=pathlib.Path, required=True)
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("tests/fixtures"))
+    ap.add_argument("--check", type=pathlib.Path, help="regenerate elsewhere and compare with this directory")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    if args.check:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            minilm_reference(args.minilm, pathlib.Path(tmp))
+            tiny_reference(pathlib.Path(tmp))
+            bad = compare(args.check, pathlib.Path(tmp))
+        print(f"reference check: {bad} mismatching file(s)")
+        return 1 if bad else 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    minilm_reference(args.minilm, args.out)
+    tiny_reference(args.out)
+    print(f"wrote references to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
