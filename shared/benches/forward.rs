@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor, TensorData};
-use criterion::{black_box, Criterion};
+use std::hint::black_box;
+
+use criterion::Criterion;
 use shared::checkpoint::load_classifier;
 use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
 

@@ -7,13 +7,12 @@ autograd (create_graph=False: inference), as the paper's PyTorch code does.
 import json
 import pathlib
 import sys
-import time
 
 import torch
 from transformers import BertForSequenceClassification
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "python"))
-from im_bert import im_forward  # noqa: E402
+from im_bert import im_forward, median_seconds  # noqa: E402
 
 
 def main() -> None:
@@ -42,14 +41,7 @@ def main() -> None:
             else:
                 with torch.no_grad():
                     im_forward(model, ids, tt, mask, [], 0, 0.1, ex_layers=c["ex_layers"])
-        run()  # warm-up
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - t0)
-        times.sort()
-        out[name] = times[len(times) // 2]
+        out[name] = median_seconds(run, reps)
     print(json.dumps(out))
 
 

@@ -158,6 +158,32 @@ pub fn load_classifier<B: Backend>(
     num_labels: Option<usize>,
     device: &B::Device,
 ) -> Result<(BertClassifier<B>, LoadReport), Error> {
+    let (config, tensors, file) = read_dir(dir)?;
+    load_from_tensors(&config, tensors, num_labels, &file, device)
+}
+
+/// Loads an HF BERT directory as the warm start of a `num_labels`-class task: a checkpoint head
+/// of another size is dropped and initialised fresh (reported), like transformers'
+/// `ignore_mismatched_sizes=True`.
+pub fn load_for_task<B: Backend>(
+    dir: &Path,
+    num_labels: usize,
+    device: &B::Device,
+) -> Result<(BertClassifier<B>, LoadReport), Error> {
+    let (config, mut tensors, file) = read_dir(dir)?;
+    let head = ["classifier.weight", "classifier.bias"];
+    if tensors.get(head[0]).is_some_and(|t| t.shape.first() != Some(&num_labels)) {
+        for k in head {
+            tensors.remove(k);
+        }
+    }
+    load_from_tensors(&config, tensors, Some(num_labels), &file, device)
+}
+
+fn read_dir(dir: &Path) -> Result<(BertConfig, BTreeMap<String, HostTensor>, PathBuf), Error> {
+    if !dir.is_dir() {
+        return Err(Error::Checkpoint { path: dir.into(), message: "model directory not found".into() });
+    }
     let config = BertConfig::from_file(&dir.join("config.json"))?;
     let file = weights_file(dir)?;
     let tensors = if file.extension().is_some_and(|e| e == "safetensors") {
@@ -165,7 +191,7 @@ pub fn load_classifier<B: Backend>(
     } else {
         read_pytorch_bin(&file)?
     };
-    load_from_tensors(&config, tensors, num_labels, &file, device)
+    Ok((config, tensors, file))
 }
 
 /// Builds a model from named host tensors in HF layout.
@@ -342,8 +368,9 @@ fn sibling(path: &Path, tag: &str) -> PathBuf {
     path.with_file_name(format!(".{name}.{tag}-{}", std::process::id()))
 }
 
-/// Moves the finished `tmp` directory to `dir`, replacing an older one.
-fn replace_dir(tmp: &Path, dir: &Path) -> Result<(), Error> {
+/// Moves the finished `tmp` directory to `dir`, replacing an older one (the old one is moved
+/// aside first, so `dir` is always either the old or the new directory, never a mix).
+pub fn replace_dir(tmp: &Path, dir: &Path) -> Result<(), Error> {
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }

@@ -301,7 +301,7 @@ mod model_tests {
         let short = vec![2, 7, 9, 3];
         let long = vec![2, 5, 6, 7, 8, 11, 12, 3];
         let opts = ForwardOptions { im_residuals: true, ..Default::default() };
-        let alone = model.forward(&input(&[short.clone()]), opts);
+        let alone = model.forward(&input(std::slice::from_ref(&short)), opts);
         let batched = model.forward(&input(&[long, short]), opts);
         let a: Vec<f64> = alone.logits.unwrap().into_data().into_vec().unwrap();
         let b: Vec<f64> = batched.logits.unwrap().slice([1..2, 0..2]).into_data().into_vec().unwrap();
@@ -311,7 +311,7 @@ mod model_tests {
         for ((_, ra), (_, rb)) in alone.im_residuals.iter().zip(&batched.im_residuals) {
             for (x, y) in ra.iter().zip(rb) {
                 let x: f64 = x.clone().into_scalar();
-                let y: f64 = y.clone().slice([1..2]).into_scalar();
+                let y: f64 = y.clone().slice(1..2).into_scalar();
                 assert!((x - y).abs() < 1e-12 * x.abs().max(1.0), "{x} vs {y}");
             }
         }

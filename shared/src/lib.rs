@@ -5,17 +5,23 @@
 //! - [`layer`]: one BERT layer `phi_t` and its hand-written vector-Jacobian product.
 //! - [`model`]: embeddings, encoder, pooler and classification head.
 //! - [`checkpoint`]: HF directories in and out; [`tokenizer`]: WordPiece batches.
+//! - [`flops`]: analytic FLOP counts per example (BERT, EX, IM with its VJPs).
+//! - [`perturb`], [`neighbours`], [`attack`]: text perturbations and the TextFooler attack.
 //!
 //! Everything is generic over burn's `Backend` and compiles for wasm32, so the trainer and the
 //! browser demo share one definition.
 
+pub mod attack;
 pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod error;
+pub mod flops;
 pub mod implicit_euler;
 pub mod layer;
 pub mod model;
+pub mod neighbours;
+pub mod perturb;
 pub mod tokenizer;
 
 pub use config::BertConfig;

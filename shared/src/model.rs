@@ -60,13 +60,18 @@ pub struct BertEmbeddings<B: Backend> {
 }
 
 impl<B: Backend> BertEmbeddings<B> {
-    fn forward(&self, input: &BertInput<B>, dropout: f64) -> Tensor<B, 3> {
+    /// `delta`, when given, is added to the word embeddings (adversarial training perturbs there).
+    fn forward(&self, input: &BertInput<B>, delta: Option<Tensor<B, 3>>, dropout: f64) -> Tensor<B, 3> {
         let [batch, seq] = input.input_ids.dims();
         let device = input.input_ids.device();
         let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
             .reshape([1, seq])
             .expand([batch, seq]);
-        let x = self.word_embeddings.forward(input.input_ids.clone())
+        let mut words = self.word_embeddings.forward(input.input_ids.clone()); // [b, s, h]
+        if let Some(delta) = delta {
+            words = words + delta;
+        }
+        let x = words
             + self.position_embeddings.forward(positions)
             + self.token_type_embeddings.forward(input.token_type_ids.clone()); // [b, s, h]
         let (x, _) = layer_norm_forward(x, &self.layer_norm, self.eps);
@@ -143,6 +148,11 @@ impl<B: Backend> BertClassifier<B> {
         Ok(self)
     }
 
+    /// The longest input the position embeddings allow, capped at `requested`.
+    pub fn max_len(&self, requested: usize) -> usize {
+        requested.min(self.config.max_position_embeddings)
+    }
+
     /// Number of classes of the head (0 without one).
     pub fn num_labels(&self) -> usize {
         self.classifier.as_ref().map_or(0, |c| c.weight.dims()[1])
@@ -151,6 +161,16 @@ impl<B: Backend> BertClassifier<B> {
     /// The full forward pass. Dropout is active on autodiff backends (training), as in burn's
     /// `Dropout`; run `model.valid()` for evaluation.
     pub fn forward(&self, input: &BertInput<B>, options: ForwardOptions) -> ClassifierOutput<B> {
+        self.forward_perturbed(input, None, options)
+    }
+
+    /// The forward pass with `delta` (`[batch, seq, hidden]`) added to the word embeddings.
+    pub fn forward_perturbed(
+        &self,
+        input: &BertInput<B>,
+        delta: Option<Tensor<B, 3>>,
+        options: ForwardOptions,
+    ) -> ClassifierOutput<B> {
         let device = input.input_ids.device();
         let training = B::ad_enabled(&device);
         let hidden_dropout = if training { self.config.hidden_dropout_prob } else { 0.0 };
@@ -162,7 +182,7 @@ impl<B: Backend> BertClassifier<B> {
         let token_mask = mask.reshape([batch, seq, 1]);
         let ctx = LayerContext { attention_bias, hidden_dropout, attention_dropout };
 
-        let mut h = self.bert.embeddings.forward(input, hidden_dropout); // [b, s, h]
+        let mut h = self.bert.embeddings.forward(input, delta, hidden_dropout); // [b, s, h]
         let mut hidden_states = Vec::new();
         let mut im_residuals = Vec::new();
         if options.hidden_states {

@@ -125,6 +125,18 @@ impl BertTokenizer {
         &self.inner
     }
 
+    /// Fails when the tokenizer can produce ids the model has no embedding for.
+    pub fn check_compatible(&self, config: &crate::BertConfig) -> Result<(), Error> {
+        let size = self.vocab_size();
+        if size > config.vocab_size {
+            return Err(Error::Tokenizer(format!(
+                "the tokenizer has {size} tokens but the model only {} embeddings: they do not belong together",
+                config.vocab_size
+            )));
+        }
+        Ok(())
+    }
+
     /// Size of the vocabulary, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)

@@ -45,3 +45,16 @@ def im_forward(model, input_ids, token_type_ids, attention_mask, im_layers, T, g
             h = _phi(layer, h, ext)
     pooled = bert.pooler(h)
     return model.classifier(model.dropout(pooled)), residuals
+
+
+def median_seconds(fn, reps):
+    """Median wall time of `reps` calls of `fn`, after one warm-up call."""
+    import time
+
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]

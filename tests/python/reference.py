@@ -96,6 +96,14 @@ def minilm_reference(model_dir: pathlib.Path, out: pathlib.Path) -> None:
 
 TINY = dict(vocab_size=99, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
             max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3)
+TINY_WORDS = ("the a an and but not no is was it this that movie film story good great bad awful "
+              "boring fun best worst love hate funny dull , . ! ? i you he she they we what who "
+              "how why where when do does question answer cat dog man woman play plays sat on mat "
+              "in of to for with very really too so").split()
+TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + TINY_WORDS
+TINY_VOCAB += [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"]
+TINY_VOCAB += list("abcdefghijklmnopqrstuvwxyz")[: TINY["vocab_size"] - len(TINY_VOCAB)]
+assert len(TINY_VOCAB) == TINY["vocab_size"], len(TINY_VOCAB)
 IM_LAYERS = [1]
 IM_T = 3
 IM_GAMMA = 0.1
@@ -110,6 +118,9 @@ def tiny_reference(out: pathlib.Path) -> None:
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     model.save_pretrained(out / "tiny-bert", safe_serialization=True)
+    # A 99-token WordPiece vocabulary, so that the tiny model is a complete HF directory that the
+    # trainer can fine-tune end to end.
+    (out / "tiny-bert" / "vocab.txt").write_text("\n".join(TINY_VOCAB) + "\n")
     # The same weights as a legacy pytorch_model.bin, for the .bin loader.
     (out / "tiny-bert-bin").mkdir(exist_ok=True)
     (out / "tiny-bert-bin" / "config.json").write_text((out / "tiny-bert" / "config.json").read_text())

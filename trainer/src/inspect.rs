@@ -133,6 +133,7 @@ fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::De
         tracing::info!("{} checkpoint tensors unused (e.g. {})", report.unused.len(), report.unused[0]);
     }
     let model = model.with_connections(spec)?;
+    tokenizer.check_compatible(&model.config)?;
 
     let items: Vec<(&str, Option<&str>)> = args
         .text
@@ -140,7 +141,7 @@ fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::De
         .enumerate()
         .map(|(i, a)| (a.as_str(), args.text_b.get(i).map(String::as_str)))
         .collect();
-    let batch = tokenizer.encode(&items, args.max_len)?;
+    let batch = tokenizer.encode(&items, model.max_len(args.max_len))?;
     let input = batch.to_input::<B>(device);
     let options = ForwardOptions { hidden_states: true, im_residuals: true, skip_head: false };
     let out = model.forward(&input, options);

@@ -1,13 +1,11 @@
 //! `trainer`: the command line of imbert-rs. Parses flags into settings and hands them to the
-//! library (`shared`); errors are reported once, here.
-
-mod backend;
-mod inspect;
+//! library; errors are reported once, here.
 
 use clap::{Parser, Subcommand};
+use trainer::*;
 
 #[derive(Parser)]
-#[command(name = "trainer", version, about = "IM-BERT: fine-tune, evaluate and inspect BERT with implicit Euler connections")]
+#[command(name = "trainer", version, about = "IM-BERT: fine-tune, evaluate, attack and inspect BERT with implicit Euler connections")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -17,6 +15,18 @@ struct Cli {
 enum Command {
     /// Run a model on some text and print tokens, logits, hidden-state norms and IM residuals.
     Inspect(inspect::InspectArgs),
+    /// TextFooler (greedy embedding-neighbour word swaps) against a model; TextAttack's metrics.
+    Attack(attack::AttackArgs),
+    /// Tables (mean ± std over seeds) and plots over run directories, in the paper's format.
+    Report(report::ReportArgs),
+    /// Fine-tune on a GLUE task (paper protocol; BERT / EX / IM connections; CreAT or PGD).
+    Finetune(Box<finetune::FinetuneArgs>),
+    /// GLUE dev and AdvGLUE dev accuracy, per task, attack level and method, beside clean accuracy.
+    Eval(evaluate::EvalArgs),
+    /// Run a whole experiment grid (tasks x connections x seeds), resumably, then report it.
+    Reproduce(reproduce::ReproduceArgs),
+    /// Download GLUE (HF hub) and AdvGLUE dev into a data directory (needs internet).
+    FetchData(fetch::FetchArgs),
 }
 
 fn main() {
@@ -29,6 +39,12 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Attack(args) => attack::run(args),
+        Command::Report(args) => report::run(args),
+        Command::Finetune(args) => finetune::run(*args),
+        Command::Eval(args) => evaluate::run(args),
+        Command::FetchData(args) => fetch::run(args),
+        Command::Reproduce(args) => reproduce::run(args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

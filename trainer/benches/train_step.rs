@@ -1,0 +1,84 @@
+//! One training step (forward, backward, AdamW) of MiniLM-L6 at batch 16, seq 128 on the CPU, for
+//! BERT and IM-BERT (T=5, all layers, exact second-order gradient), next to PyTorch eager doing
+//! the same step in the same run (`make bench` sets IMBERT_PYTHON). Prints examples/s and the
+//! time ratio; the target is at most 1.2x PyTorch's time.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use burn::backend::{Autodiff, NdArray};
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::tensor::{Int, Tensor, TensorData};
+use shared::checkpoint::load_for_task;
+use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
+
+type B = Autodiff<NdArray<f32>>;
+const BATCH: usize = 16;
+const SEQ: usize = 128;
+const REPS: usize = 3;
+
+fn main() {
+    let dir = std::env::var_os("IMBERT_MINILM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/all-minilm-l6-v2"));
+    let device = Default::default();
+    let (base, _) = load_for_task::<B>(&dir, 2, &device).unwrap_or_else(|e| panic!("{e}: run `make model` first"));
+    let ids: Vec<i64> = (0..BATCH * SEQ)
+        .map(|i| match i % SEQ { 0 => 101, j if j == SEQ - 1 => 102, j => 1000 + (j as i64 * 7919 + i as i64) % 19000 })
+        .collect();
+    let t = |v: Vec<i64>| Tensor::<B, 2, Int>::from_data(TensorData::new(v, [BATCH, SEQ]), &device);
+    let input = BertInput { input_ids: t(ids), token_type_ids: t(vec![0; BATCH * SEQ]), attention_mask: t(vec![1; BATCH * SEQ]) };
+    let labels = Tensor::<B, 1, Int>::from_data(TensorData::new((0..BATCH as i64).map(|i| i % 2).collect::<Vec<_>>(), [BATCH]), &device);
+    let ce = CrossEntropyLossConfig::new().init(&device);
+
+    let mut ours = Vec::new();
+    for (name, spec) in [("bert", "bert"), ("im_all", "im:T=5,gamma=0.1")] {
+        let mut model: BertClassifier<B> = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
+        let mut optim = AdamWConfig::new().with_epsilon(1e-8).with_weight_decay(0.0).init::<B, BertClassifier<B>>();
+        let mut times = Vec::new();
+        for rep in 0..=REPS {
+            let start = Instant::now();
+            let logits = model.forward(&input, ForwardOptions::default()).logits.unwrap();
+            let loss = ce.forward(logits, labels.clone());
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optim.step(2e-5, model, grads);
+            // Wait for the update to finish.
+            let _ = model.bert.pooler.dense.weight.val().into_data();
+            if rep > 0 {
+                times.push(start.elapsed().as_secs_f64());
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        ours.push((name, times[times.len() / 2]));
+    }
+
+    let torch: Option<serde_json::Value> = std::env::var("IMBERT_PYTHON").ok().and_then(|py| {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/train_step_torch.py");
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let out = std::process::Command::new(py)
+            .arg(script)
+            .args([dir.to_string_lossy().as_ref(), &BATCH.to_string(), &SEQ.to_string(), &threads.to_string(), &REPS.to_string()])
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            eprintln!("PyTorch benchmark failed: {}", String::from_utf8_lossy(&out.stderr));
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    });
+    println!("MiniLM-L6 training step (forward + backward + AdamW), batch {BATCH}, seq {SEQ}, CPU");
+    println!("{:<8} {:>12} {:>12} {:>14} {:>10}", "config", "ours (s)", "ours ex/s", "PyTorch (s)", "ours/PT");
+    for (name, secs) in &ours {
+        let pt = torch.as_ref().and_then(|v| v[*name].as_f64());
+        println!(
+            "{name:<8} {secs:>12.3} {:>12.1} {:>14} {:>10}",
+            BATCH as f64 / secs,
+            pt.map_or("n/a".into(), |p| format!("{p:.3}")),
+            pt.map_or("n/a".into(), |p| format!("{:.2}x", secs / p))
+        );
+    }
+    if torch.is_none() {
+        println!("(PyTorch column skipped: set IMBERT_PYTHON, or run `make bench`)");
+    }
+}

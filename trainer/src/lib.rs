@@ -1,0 +1,13 @@
+//! The trainer's library: every subcommand is a module with its `Args` and a `run` function;
+//! `main.rs` only parses the command line and reports errors.
+
+pub mod attack;
+pub mod backend;
+pub mod datasets;
+pub mod evaluate;
+pub mod fetch;
+pub mod finetune;
+pub mod inspect;
+pub mod report;
+pub mod reproduce;
+pub mod run;

@@ -1,0 +1,236 @@
+//! `trainer reproduce --preset <name>`: a whole experiment grid (tasks x connections x seeds),
+//! each cell fine-tuned, evaluated and finally reported. An interrupted grid resumes where it
+//! stopped: finished cells are skipped, a half-trained one continues from its checkpoint.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use burn::tensor::backend::Backend;
+use clap::{Args, Parser, ValueEnum};
+use shared::data::Task;
+
+use crate::backend::BackendKind;
+use crate::evaluate::{self, EvalArgs, EvalTarget};
+use crate::finetune::{self, FinetuneArgs, RunOptions};
+use crate::report::{self, GroupKey, ReportArgs};
+use crate::{datasets, run};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Preset {
+    /// A minute-long grid (SST-2, BERT vs IM, tiny budgets) that exercises the whole pipeline.
+    Smoke,
+    /// Table 1: all tasks, BERT / EX-BERT / IM-BERT, full training data.
+    Table1,
+    /// Table 2: low-resource (1000 train + 500 validation), 3 seeds.
+    LowResource,
+    /// Table 3: IM on one third of the layers at a time (low-resource, 3 seeds).
+    LayerGroups,
+    /// IM with T = 1, 5, 10, 15 on SST-2 (low-resource, 3 seeds).
+    TSweep,
+    /// Adversarial-training baselines: CreAT and PGD (low-resource, 3 seeds).
+    Creat,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReproduceArgs {
+    #[arg(long, value_enum)]
+    pub preset: Preset,
+    /// Pretrained HF BERT directory (the paper: bert-base-uncased).
+    #[arg(long, default_value = "models/all-minilm-l6-v2")]
+    pub model: PathBuf,
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Grid directory (default: runs/<preset>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Restrict the tasks (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub tasks: Option<Vec<String>>,
+    /// Replace the preset's seeds (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub seeds: Option<Vec<u64>>,
+    #[arg(long, default_value_t = 3)]
+    pub epochs: usize,
+    #[arg(long)]
+    pub max_steps: Option<usize>,
+    #[arg(long, default_value_t = 2e-5)]
+    pub lr: f64,
+    /// Evaluate at most this many examples per split.
+    #[arg(long)]
+    pub eval_limit: Option<usize>,
+    #[arg(long, value_enum, default_value = "ndarray")]
+    pub backend: BackendKind,
+    /// Print the grid and exit.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// One cell of a grid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    pub task: Task,
+    pub connection: String,
+    pub adv: &'static str,
+    pub seed: u64,
+    pub train_samples: Option<usize>,
+    pub val_samples: Option<usize>,
+}
+
+impl Cell {
+    fn dir_name(&self) -> String {
+        let conn: String = self.connection.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
+        format!("{}-{}-{}-s{}", self.task.name(), conn, self.adv, self.seed)
+    }
+}
+
+/// The cells of a preset for a model with `num_layers` layers.
+pub fn grid(preset: Preset, num_layers: usize, tasks: Option<&[Task]>, seeds: Option<&[u64]>) -> Vec<Cell> {
+    let all_tasks = [Task::Sst2, Task::Qqp, Task::Qnli, Task::Mnli, Task::Rte];
+    let three = ["bert".to_string(), "ex".to_string(), "im:T=5,gamma=0.1".to_string()];
+    let low = (Some(1000), Some(500));
+    let (task_list, connections, advs, default_seeds, samples): (Vec<Task>, Vec<String>, Vec<&str>, Vec<u64>, _) = match preset {
+        Preset::Smoke => (vec![Task::Sst2], vec!["bert".into(), "im:T=2,gamma=0.1".into()], vec!["none"], vec![0], (Some(32), Some(16))),
+        Preset::Table1 => (all_tasks.to_vec(), three.to_vec(), vec!["none"], vec![42], (None, None)),
+        Preset::LowResource => (all_tasks.to_vec(), three.to_vec(), vec!["none"], vec![0, 1, 2], low),
+        Preset::LayerGroups => {
+            let third = (num_layers / 3).max(1);
+            let groups = (0..num_layers).step_by(third).map(|a| format!("im:T=5,gamma=0.1,layers={a}-{}", (a + third - 1).min(num_layers - 1)));
+            (all_tasks.to_vec(), groups.collect(), vec!["none"], vec![0, 1, 2], low)
+        }
+        Preset::TSweep => (
+            vec![Task::Sst2],
+            [1, 5, 10, 15].iter().map(|t| format!("im:T={t},gamma=0.1")).collect(),
+            vec!["none"],
+            vec![0, 1, 2],
+            low,
+        ),
+        Preset::Creat => (all_tasks.to_vec(), vec!["bert".into()], vec!["creat", "pgd"], vec![0, 1, 2], low),
+    };
+    let task_list: Vec<Task> = match tasks {
+        Some(t) => task_list.into_iter().filter(|x| t.contains(x)).collect(),
+        None => task_list,
+    };
+    let seed_list = seeds.map(<[u64]>::to_vec).unwrap_or(default_seeds);
+    let mut cells = Vec::new();
+    for &task in &task_list {
+        for connection in &connections {
+            for &adv in &advs {
+                for &seed in &seed_list {
+                    cells.push(Cell { task, connection: connection.clone(), adv, seed, train_samples: samples.0, val_samples: samples.1 });
+                }
+            }
+        }
+    }
+    cells
+}
+
+pub fn run(args: ReproduceArgs) -> Result<()> {
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(format!("{:?}", args.preset).to_lowercase()));
+    let config = shared::BertConfig::from_file(&args.model.join("config.json"))?;
+    let tasks: Option<Vec<Task>> = args.tasks.as_ref().map(|t| t.iter().map(|s| s.parse()).collect::<Result<_, _>>()).transpose()?;
+    let cells = grid(args.preset, config.num_hidden_layers, tasks.as_deref(), args.seeds.as_deref());
+    println!("{} cells in {}", cells.len(), out.display());
+    if args.dry_run {
+        for c in &cells {
+            println!("  {}", c.dir_name());
+        }
+        return Ok(());
+    }
+    std::fs::create_dir_all(&out)?;
+    let data_dir = args.data_dir.clone().unwrap_or_else(datasets::default_data_dir);
+    for (i, cell) in cells.iter().enumerate() {
+        let dir = out.join(cell.dir_name());
+        if dir.join("done").exists() && dir.join("eval.json").exists() {
+            println!("[{}/{}] {}: done", i + 1, cells.len(), cell.dir_name());
+            continue;
+        }
+        println!("[{}/{}] {}", i + 1, cells.len(), cell.dir_name());
+        crate::with_backend!(args.backend, |B, device| run_cell::<B>(&args, cell, &dir, &data_dir, &device))
+            .with_context(|| format!("grid cell {}", cell.dir_name()))?;
+    }
+    report::run(ReportArgs {
+        runs: vec![out.clone()],
+        out: out.join("report"),
+        group_by: vec![GroupKey::Task, GroupKey::Connection, GroupKey::Adv],
+        font: None,
+    })
+}
+
+fn run_cell<B: Backend>(args: &ReproduceArgs, cell: &Cell, dir: &Path, data_dir: &Path, device: &B::Device) -> Result<()> {
+    let resume = dir.join("config.json").exists();
+    let config = if resume {
+        run::read_json(&dir.join("config.json"))?
+    } else {
+        let mut flags: Vec<String> = vec![
+            "finetune".into(),
+            "--task".into(), cell.task.name().into(),
+            "--model".into(), args.model.display().to_string(),
+            "--connection".into(), cell.connection.clone(),
+            "--adv".into(), cell.adv.into(),
+            "--seed".into(), cell.seed.to_string(),
+            "--epochs".into(), args.epochs.to_string(),
+            "--lr".into(), args.lr.to_string(),
+            "--data-dir".into(), data_dir.display().to_string(),
+            "--backend".into(), format!("{:?}", args.backend).to_lowercase(),
+        ];
+        let optional = [("--train-samples", cell.train_samples), ("--val-samples", cell.val_samples), ("--max-steps", args.max_steps)];
+        for (flag, value) in optional {
+            if let Some(v) = value {
+                flags.extend([flag.to_string(), v.to_string()]);
+            }
+        }
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            inner: FinetuneArgs,
+        }
+        let mut config = Wrapper::try_parse_from(&flags)?.inner.to_config()?;
+        config.command = format!("trainer reproduce --preset {:?} (cell {})", args.preset, cell.dir_name());
+        config
+    };
+    let options = RunOptions { save_final: false, checkpoint_every: 50, resume };
+    finetune::train::<burn::backend::Autodiff<B>>(&config, dir, &options, device)?;
+    let target = EvalTarget {
+        model_dir: dir.join("best"),
+        task: cell.task,
+        connection: shared::ConnectionSpec::parse(&config.connection)?,
+    };
+    let eval_args = EvalArgs {
+        run: Some(dir.to_path_buf()),
+        model: None,
+        task: None,
+        connection: None,
+        data_dir: Some(data_dir.to_path_buf()),
+        limit: args.eval_limit,
+        batch_size: 32,
+        max_len: config.max_len,
+        out: None,
+        backend: args.backend,
+    };
+    let report = evaluate::evaluate::<B>(&target, data_dir, &eval_args, device)?;
+    run::write_json(&dir.join("eval.json"), &report)?;
+    shared::checkpoint::write_atomic(&dir.join("eval.md"), evaluate::markdown(&report).as_bytes())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_have_the_paper_shapes() {
+        assert_eq!(grid(Preset::Table1, 12, None, None).len(), 5 * 3);
+        assert_eq!(grid(Preset::LowResource, 12, None, None).len(), 5 * 3 * 3);
+        let groups = grid(Preset::LayerGroups, 12, Some(&[Task::Sst2]), Some(&[0]));
+        let specs: Vec<&str> = groups.iter().map(|c| c.connection.as_str()).collect();
+        assert_eq!(specs, ["im:T=5,gamma=0.1,layers=0-3", "im:T=5,gamma=0.1,layers=4-7", "im:T=5,gamma=0.1,layers=8-11"]);
+        let minilm = grid(Preset::LayerGroups, 6, Some(&[Task::Sst2]), Some(&[0]));
+        assert_eq!(minilm.last().unwrap().connection, "im:T=5,gamma=0.1,layers=4-5");
+        let sweep = grid(Preset::TSweep, 6, None, Some(&[7]));
+        assert_eq!(sweep.len(), 4);
+        assert!(sweep.iter().all(|c| c.seed == 7 && c.train_samples == Some(1000)));
+        for c in grid(Preset::LowResource, 6, None, None) {
+            shared::ConnectionSpec::parse(&c.connection).unwrap();
+        }
+    }
+}

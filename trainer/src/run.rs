@@ -1,0 +1,163 @@
+//! The run directory: what `finetune` writes and `eval`, `report` and `reproduce` read.
+//!
+//! ```text
+//! RUN_DIR/
+//!   config.json      RunConfig: every setting of the run, and the command line
+//!   log.txt          human-readable log
+//!   metrics.jsonl    one EpochMetrics per line
+//!   checkpoint/      latest resumable state (model, optimizer, TrainState); replaced atomically
+//!   best/            HF directory of the lowest-validation-loss model (+ imbert.json)
+//!   final/           HF directory of the last step's weights (with --save-final)
+//!   eval.json        EvalReport, written by `trainer eval`
+//!   done             present once training finished
+//! ```
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// Everything that defines a fine-tuning run. Defaults follow the paper's protocol.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// GLUE task name (`sst2`, `qqp`, `qnli`, `mnli`, `rte`).
+    pub task: String,
+    /// Pretrained HF BERT directory the run warm-starts from.
+    pub model: String,
+    /// Connection spec (`bert`, `ex`, `im:T=5,gamma=0.1,layers=3-5`).
+    pub connection: String,
+    /// Training file (GLUE train, or a train subset); split 8:2 into train/validation.
+    pub train_file: String,
+    pub seed: u64,
+    pub epochs: usize,
+    /// Stop after this many optimizer steps (None: run all epochs).
+    pub max_steps: Option<usize>,
+    /// Low-resource setting: examples kept for training and validation (None: the whole 8:2 split).
+    pub train_samples: Option<usize>,
+    pub val_samples: Option<usize>,
+    pub batch_size: usize,
+    pub grad_accum: usize,
+    pub max_len: usize,
+    pub optimizer: String,
+    pub lr: f64,
+    pub weight_decay: f64,
+    pub adam_eps: f64,
+    pub adam_beta1: f64,
+    pub adam_beta2: f64,
+    /// Fraction of the steps spent on linear warm-up (then linear decay to 0).
+    pub warmup_ratio: f64,
+    pub shuffle: bool,
+    /// Overrides both dropout probabilities of the model when set.
+    pub dropout: Option<f64>,
+    /// Adversarial training: `none`, `creat` or `pgd`.
+    pub adv: String,
+    pub adv_epsilon: f64,
+    pub adv_alpha: f64,
+    pub adv_steps: usize,
+    pub adv_tau: f64,
+    pub adv_lambda: f64,
+    pub backend: String,
+    /// The command line that started the run.
+    pub command: String,
+}
+
+/// One line of `metrics.jsonl`, written after every validation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpochMetrics {
+    pub epoch: usize,
+    pub step: usize,
+    pub train_loss: f64,
+    pub val_loss: f64,
+    pub val_accuracy: f64,
+    pub lr: f64,
+    pub examples_per_sec: f64,
+    pub elapsed_s: f64,
+    /// Whether this validation produced a new best model.
+    pub best: bool,
+}
+
+/// Accuracy on one evaluation set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    pub n: usize,
+    pub accuracy: f64,
+    /// F1 of the positive class (QQP reports it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub f1: Option<f64>,
+}
+
+/// Clean (GLUE dev) results on one split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CleanResult {
+    /// `sst2`, `mnli` (matched), `mnli-mm` (mismatched), ...
+    pub split: String,
+    pub score: Score,
+    /// Share of the most frequent true label (the accuracy of always guessing it).
+    pub majority_share: f64,
+    /// Share of the most frequently *predicted* label: near 1 means a constant classifier.
+    pub top_prediction_share: f64,
+}
+
+/// AdvGLUE dev results on one task's items.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdvResult {
+    /// AdvGLUE task key: `sst2`, `qqp`, `qnli`, `mnli`, `mnli-mm`, `rte`.
+    pub split: String,
+    /// Accuracy on the adversarial items.
+    pub adversarial: Score,
+    /// Accuracy on the clean originals of the items that have one (`original_*`).
+    pub clean_original: Score,
+    /// Adversarial accuracy on those same items (so that drop = clean - adversarial is paired).
+    pub adversarial_paired: Score,
+    pub top_prediction_share: f64,
+    /// `word`, `sentence`, `human` -> scores.
+    pub by_level: std::collections::BTreeMap<String, LevelResult>,
+    /// Attack method -> adversarial score.
+    pub by_method: std::collections::BTreeMap<String, Score>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LevelResult {
+    pub adversarial: Score,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clean_original: Option<Score>,
+}
+
+/// `eval.json`: everything `trainer eval` measured for one model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalReport {
+    pub task: String,
+    pub model: String,
+    pub connection: String,
+    pub clean: Vec<CleanResult>,
+    pub advglue: Vec<AdvResult>,
+    /// True when the model is near chance on clean data: its AdvGLUE numbers mean nothing.
+    pub did_not_learn: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub did_not_learn_reason: Option<String>,
+    /// Analytic forward FLOPs per example at the evaluation's mean sequence length.
+    pub flops_per_example: f64,
+    /// Measured inference throughput of the evaluation.
+    pub examples_per_sec: f64,
+}
+
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Writes JSON through a temporary file and a rename.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    shared::checkpoint::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
+}
+
+/// All lines of a jsonl file.
+pub fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{}:{}", path.display(), i + 1)))
+        .collect()
+}

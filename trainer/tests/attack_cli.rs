@@ -1,0 +1,127 @@
+//! `trainer attack` end to end: the MiniLM model with a fresh classifier on five SST-2 dev
+//! sentences, then the JSON report checked against itself (counts, TextAttack's formulas,
+//! budgets). A random head gets some examples right and some wrong, so both the skipped and
+//! the attacked paths run; the checks hold whatever it predicts.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+const SST2_DEV: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/normalized/sst2_dev.jsonl");
+const QUERIES: u64 = 25;
+
+fn minilm_dir() -> PathBuf {
+    let dir = std::env::var_os("IMBERT_MINILM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/all-minilm-l6-v2")));
+    assert!(
+        dir.join("model.safetensors").exists(),
+        "MiniLM model not found at {}: run `make model` or set IMBERT_MINILM",
+        dir.display()
+    );
+    dir
+}
+
+fn trainer() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_trainer"))
+}
+
+#[test]
+fn attack_on_five_sst2_sentences_reports_consistent_metrics() {
+    let out_path = std::env::temp_dir().join(format!("imbert-attack-cli-{}.json", std::process::id()));
+    let started = std::time::Instant::now();
+    let out = trainer()
+        .args(["attack", "--task", "sst2", "--limit", "5", "--num-labels", "2", "--max-len", "48", "--k", "8"])
+        .args(["--queries", &QUERIES.to_string(), "--seed", "3"])
+        .arg("--model")
+        .arg(minilm_dir())
+        .arg("--data")
+        .arg(SST2_DEV)
+        .arg("--json")
+        .arg(&out_path)
+        .output()
+        .expect("running trainer");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}\n{stderr}\n(took {:.1}s)", started.elapsed().as_secs_f64());
+    assert!(out.status.success(), "trainer attack failed");
+    assert!(stderr.contains("initialised fresh (random)"), "the fresh head is announced");
+    assert!(stdout.contains("Attack success rate:"));
+
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    std::fs::remove_file(&out_path).ok();
+    assert_eq!(report["connection"], "bert", "MiniLM has no imbert.json: plain BERT");
+    let s = &report["summary"];
+    let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"));
+    let (total, ok, failed, skipped) = (n(&s["total"]), n(&s["succeeded"]), n(&s["failed"]), n(&s["skipped"]));
+    assert_eq!(total, 5);
+    assert_eq!(ok + failed + skipped, total);
+
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 5);
+    let status = |name: &str| results.iter().filter(|r| r["status"] == name).count() as u64;
+    assert_eq!((status("succeeded"), status("failed"), status("skipped")), (ok, failed, skipped));
+
+    let close = |v: &Value, expected: f64| {
+        let x = v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
+        assert!((x - expected).abs() < 1e-9, "{x} vs {expected}");
+    };
+    close(&s["original_accuracy"], 100.0 * (total - skipped) as f64 / total as f64);
+    close(&s["accuracy_under_attack"], 100.0 * failed as f64 / total as f64);
+    if ok + failed > 0 {
+        close(&s["attack_success_rate"], 100.0 * ok as f64 / (ok + failed) as f64);
+        let attacked: Vec<&Value> = results.iter().filter(|r| r["status"] != "skipped").collect();
+        let mean_queries = attacked.iter().map(|r| n(&r["queries"]) as f64).sum::<f64>() / attacked.len() as f64;
+        close(&s["avg_queries"], mean_queries);
+    } else {
+        assert!(s["attack_success_rate"].is_null());
+    }
+
+    // The first five SST-2 dev rows, in order, with their gold labels.
+    let gold = [1, 0, 1, 1, 0];
+    for (r, label) in results.iter().zip(gold) {
+        assert_eq!(n(&r["label"]), label);
+        assert!(n(&r["queries"]) <= QUERIES, "{r}");
+        let subs = r["substitutions"].as_array().unwrap();
+        let max_words = (0.3 * n(&r["num_words"]) as f64).ceil() as usize;
+        assert!(subs.len() <= max_words, "{r}");
+        let (pred, adv_pred) = (n(&r["original_prediction"]), n(&r["adversarial_prediction"]));
+        match r["status"].as_str().unwrap() {
+            "skipped" => {
+                assert_ne!(pred, label);
+                assert_eq!(r["adversarial"], r["original"]);
+            }
+            "succeeded" => {
+                assert_eq!(pred, label);
+                assert_ne!(adv_pred, label);
+                assert_ne!(r["adversarial"], r["original"]);
+            }
+            "failed" => assert_eq!((pred, adv_pred), (label, label)),
+            other => panic!("unknown status {other}"),
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let run = |args: &[&str]| {
+        let out = trainer().args(args).output().expect("running trainer");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = run(&["attack", "--model", "/nonexistent", "--task", "sst2", "--data", "/nonexistent/sst2.jsonl"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("error: reading /nonexistent/sst2.jsonl"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    let (code, err) = run(&["attack", "--model", "/nonexistent", "--task", "nope", "--data", SST2_DEV]);
+    assert_eq!(code, Some(2), "clap rejects an unknown task: {err}");
+
+    let (code, err) = run(&["attack", "--model", "/nonexistent", "--task", "sst2", "--data", SST2_DEV, "--connection", "im:T=x"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("--connection"), "{err}");
+
+    let (code, err) = run(&["attack", "--model", "/nonexistent", "--task", "sst2", "--data", SST2_DEV, "--limit", "0"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no examples"), "{err}");
+}

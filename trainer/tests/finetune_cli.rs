@@ -1,0 +1,180 @@
+//! End to end through the `trainer` binary: fine-tune (tiny random BERT and MiniLM), resume
+//! after a crash with identical weights, CreAT/PGD, evaluation with the honesty flag.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn data(rel: &str) -> PathBuf {
+    repo().join("../shared/data").join(rel)
+}
+
+/// A fresh directory under target/test-artifacts.
+fn scratch(name: &str) -> PathBuf {
+    let dir = repo().join("target/test-artifacts/trainer").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+    dir
+}
+
+fn trainer(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainer"));
+    cmd.args(args).current_dir(repo()).env("IMBERT_DATA", data(""));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("the trainer binary runs")
+}
+
+fn ok(out: std::process::Output) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "trainer failed:\n{text}");
+    text
+}
+
+fn tiny_finetune(run: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "finetune", "--task", "sst2", "--model", "tests/fixtures/tiny-bert", "--train-samples", "32",
+        "--val-samples", "16", "--batch-size", "8", "--max-len", "24", "--epochs", "2", "--max-steps", "6",
+        "--checkpoint-every", "2", "--lr", "1e-3", "--save-final", "--out",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(run.display().to_string());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn as_refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn tiny_bert_finetunes_evaluates_and_is_flagged_as_not_learned() {
+    let run = scratch("tiny-im");
+    let args = tiny_finetune(&run, &["--connection", "im", "--T", "2", "--im-layers", "1-1"]);
+    ok(trainer(&as_refs(&args), &[]));
+    for f in ["config.json", "log.txt", "metrics.jsonl", "best/config.json", "best/model.safetensors",
+              "best/imbert.json", "best/vocab.txt", "final/model.safetensors", "checkpoint/state.json", "done"] {
+        assert!(run.join(f).exists(), "{f} missing");
+    }
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 2, "one validation per epoch (6 steps over 2 epochs of 4)");
+
+    let out = ok(trainer(&["eval", "--run", run.to_str().unwrap(), "--limit", "24"], &[]));
+    assert!(out.contains("AdvGLUE"), "{out}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(report["connection"], "im:T=2,gamma=0.1,layers=1-1");
+    assert_eq!(report["advglue"][0]["adversarial"]["n"], 24);
+    assert!(report["advglue"][0]["by_level"]["word"]["adversarial"]["n"].as_u64().unwrap() > 0);
+    // A 99-word random model after 6 steps is near chance: its AdvGLUE score must not pass as robustness.
+    assert_eq!(report["did_not_learn"], true, "{report}");
+    assert!(std::fs::read_to_string(run.join("eval.md")).unwrap().contains("did not learn"));
+}
+
+#[test]
+fn a_crashed_run_resumes_to_identical_weights() {
+    // Dropout stays on (0.1): resumption must reproduce the dropout masks too.
+    let a = scratch("resume-a");
+    ok(trainer(&as_refs(&tiny_finetune(&a, &["--connection", "im", "--T", "2"])), &[]));
+
+    let b = scratch("resume-b");
+    let crashed = trainer(&as_refs(&tiny_finetune(&b, &["--connection", "im", "--T", "2"])), &[("IMBERT_CRASH_AFTER_STEP", "3")]);
+    assert!(!crashed.status.success(), "the induced crash happened");
+    assert!(!b.join("done").exists());
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(b.join("checkpoint/state.json")).unwrap()).unwrap();
+    assert_eq!(state["step"], 2, "the last checkpoint before the crash");
+
+    ok(trainer(&["finetune", "--resume", b.to_str().unwrap(), "--save-final"], &[]));
+    let wa = std::fs::read(a.join("final/model.safetensors")).unwrap();
+    let wb = std::fs::read(b.join("final/model.safetensors")).unwrap();
+    assert!(wa == wb, "resumed weights differ from the uninterrupted run");
+    assert_eq!(
+        std::fs::read_to_string(a.join("metrics.jsonl")).unwrap().lines().count(),
+        std::fs::read_to_string(b.join("metrics.jsonl")).unwrap().lines().count()
+    );
+}
+
+#[test]
+fn creat_and_pgd_adversarial_training_run() {
+    for adv in ["creat", "pgd"] {
+        let run = scratch(&format!("adv-{adv}"));
+        let mut args = tiny_finetune(&run, &["--adv", adv, "--adv-steps", "2"]);
+        args.retain(|a| a != "--save-final");
+        ok(trainer(&as_refs(&args), &[]));
+        let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap()).unwrap();
+        assert_eq!(config["adv"], adv);
+        assert_eq!(config["adv_tau"], if adv == "pgd" { 0.0 } else { 1.0 });
+        assert!(run.join("done").exists());
+    }
+}
+
+#[test]
+fn minilm_finetunes_a_few_steps_with_an_im_layer() {
+    let model = repo().join("models/all-minilm-l6-v2");
+    assert!(model.join("model.safetensors").exists(), "run `make model` first");
+    let run = scratch("minilm-im");
+    let out = ok(trainer(
+        &[
+            "finetune", "--task", "sst2", "--model", model.to_str().unwrap(), "--connection", "im:T=2,layers=5-5",
+            "--train-samples", "32", "--val-samples", "16", "--batch-size", "8", "--max-len", "32",
+            "--max-steps", "2", "--out", run.to_str().unwrap(),
+        ],
+        &[],
+    ));
+    assert!(out.contains("classifier initialised fresh") || std::fs::read_to_string(run.join("log.txt")).unwrap().contains("classifier"));
+    ok(trainer(&["eval", "--run", run.to_str().unwrap(), "--limit", "8"], &[]));
+    assert!(run.join("eval.json").exists());
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let out = trainer(&["finetune", "--task", "nope"], &[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
+    let out = trainer(&["finetune", "--task", "sst2", "--model", "/no/such/dir", "--out", scratch("bad").to_str().unwrap()], &[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/dir"));
+}
+
+/// One SGD step with no randomness, for `tests/python/check_sgd_step.py` to replay in PyTorch
+/// (`make test` runs it on the directory this leaves behind).
+#[test]
+fn single_exact_sgd_step_for_the_pytorch_replay() {
+    let run = repo().join("target/test-artifacts/sgd-step");
+    let _ = std::fs::remove_dir_all(&run);
+    ok(trainer(
+        &[
+            "finetune", "--task", "mnli", "--model", "tests/fixtures/tiny-bert", "--connection", "im:T=2,layers=1-1",
+            "--optimizer", "sgd", "--lr", "5", "--warmup-ratio", "0", "--max-steps", "1", "--no-shuffle",
+            "--dropout", "0", "--batch-size", "4", "--max-len", "24", "--train-samples", "16", "--val-samples", "8",
+            "--save-final", "--out", run.to_str().unwrap(),
+        ],
+        &[],
+    ));
+    assert!(run.join("final/model.safetensors").exists() && run.join("split.json").exists());
+}
+
+#[test]
+fn reproduce_runs_a_grid_reports_it_and_resumes() {
+    let grid = scratch("grid-smoke");
+    let args = [
+        "reproduce", "--preset", "smoke", "--model", "tests/fixtures/tiny-bert", "--max-steps", "2", "--eval-limit", "8",
+        "--out", grid.to_str().unwrap(),
+    ];
+    let first = ok(trainer(&args, &[]));
+    assert!(first.contains("2 cells"), "{first}");
+    for f in ["report/report.md", "report/report.csv", "report/report.json", "sst2-bert-none-s0/eval.json"] {
+        assert!(grid.join(f).exists(), "{f} missing");
+    }
+    let md = std::fs::read_to_string(grid.join("report/report.md")).unwrap();
+    assert!(md.contains("did not learn"), "a near-chance model is flagged in the report");
+    // A finished grid is skipped cell by cell.
+    let again = ok(trainer(&args, &[]));
+    assert_eq!(again.matches(": done").count(), 2, "{again}");
+}
