@@ -5,6 +5,7 @@
 //! - [`layer`]: one BERT layer `phi_t` and its hand-written vector-Jacobian product.
 //! - [`model`]: embeddings, encoder, pooler and classification head.
 //! - [`checkpoint`]: HF directories in and out; [`tokenizer`]: WordPiece batches.
+//! - [`quantize`], [`bundle`]: int8 weights, model cards and the browser's model bundles.
 //! - [`flops`]: analytic FLOP counts per example (BERT, EX, IM with its VJPs).
 //! - [`perturb`], [`neighbours`], [`attack`]: text perturbations and the TextFooler attack.
 //!
@@ -12,6 +13,7 @@
 //! browser demo share one definition.
 
 pub mod attack;
+pub mod bundle;
 pub mod checkpoint;
 pub mod config;
 pub mod data;
@@ -22,6 +24,7 @@ pub mod layer;
 pub mod model;
 pub mod neighbours;
 pub mod perturb;
+pub mod quantize;
 pub mod tokenizer;
 
 pub use config::BertConfig;

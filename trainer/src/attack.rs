@@ -9,7 +9,7 @@ use burn::tensor::backend::Backend;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use shared::attack::{AttackConfig, AttackResult, AttackStatus, AttackSummary, PairField, TextFooler};
-use shared::checkpoint::load_classifier;
+use shared::bundle::load_model_dir;
 use shared::data::Task;
 use shared::neighbours::WordNeighbours;
 use shared::{BertTokenizer, ConnectionSpec};
@@ -27,7 +27,8 @@ pub enum FieldArg {
 
 #[derive(Args, Debug)]
 pub struct AttackArgs {
-    /// HF model directory (config.json, weights, tokenizer), e.g. a run's `best/`.
+    /// HF model directory (config.json, weights, tokenizer), e.g. a run's `best/`, or a web
+    /// bundle (`trainer export --web`).
     #[arg(long)]
     pub model: PathBuf,
     /// Connection spec (`bert`, `ex`, `im:T=5,gamma=0.1,layers=3-5`). Default: `connection` from
@@ -154,7 +155,7 @@ fn attack<B: Backend>(
     B::seed(device, args.seed);
     let tokenizer = BertTokenizer::from_dir(&args.model).context("loading the tokenizer")?;
     let (model, report) =
-        load_classifier::<B>(&args.model, args.num_labels, device).context("loading the model")?;
+        load_model_dir::<B>(&args.model, args.num_labels, device).context("loading the model")?;
     for name in &report.initialized_fresh {
         tracing::warn!("{name} is not in {}: initialised fresh (random)", report.weights_file.display());
     }

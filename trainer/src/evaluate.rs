@@ -11,7 +11,7 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::Args;
-use shared::checkpoint::load_classifier;
+use shared::bundle::load_model_dir;
 use shared::data::{self, AdvExample, Example, Task};
 use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
 
@@ -24,7 +24,8 @@ pub struct EvalArgs {
     /// A run directory: evaluates its best model and writes RUN_DIR/eval.json (+ eval.md).
     #[arg(long, conflicts_with = "model")]
     pub run: Option<PathBuf>,
-    /// An HF model directory with a classifier (instead of --run).
+    /// An HF model directory with a classifier, or a web bundle (`trainer export --web`), instead
+    /// of --run.
     #[arg(long, required_unless_present = "run")]
     pub model: Option<PathBuf>,
     /// Task of --model (sst2, qqp, qnli, mnli, rte).
@@ -189,7 +190,7 @@ pub fn read_model_card(dir: &Path) -> Option<serde_json::Value> {
 
 pub fn evaluate<B: Backend>(target: &EvalTarget, data_dir: &Path, args: &EvalArgs, device: &B::Device) -> Result<EvalReport> {
     let tokenizer = BertTokenizer::from_dir(&target.model_dir).context("loading the tokenizer")?;
-    let (model, report) = load_classifier::<B>(&target.model_dir, Some(target.task.num_labels()), device)
+    let (model, report) = load_model_dir::<B>(&target.model_dir, Some(target.task.num_labels()), device)
         .with_context(|| format!("loading {}", target.model_dir.display()))?;
     if !report.initialized_fresh.is_empty() {
         tracing::warn!("not a fine-tuned model: {:?} initialised fresh (random)", report.initialized_fresh);

@@ -21,6 +21,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, ElementConversion, Int, Tensor, TensorData};
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
+use shared::bundle::ModelCard;
 use shared::checkpoint::{load_for_task, save_classifier};
 use shared::data::{self, Example, Task};
 use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
@@ -495,7 +496,11 @@ fn train_with<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>>(
     save_checkpoint(&model, &optim, &state, &checkpoint_dir)?;
     if options.save_final {
         save_classifier(&model, &run_dir.join("final"), Some(&model_dir))?;
-        write_model_card(&run_dir.join("final"), config, "final")?;
+        // The last validation measured these weights only if it ran at the last step.
+        let metrics_path = run_dir.join("metrics.jsonl");
+        let last = if metrics_path.exists() { run::read_jsonl::<EpochMetrics>(&metrics_path)?.pop() } else { None };
+        let accuracy = last.filter(|m| m.step == state.step).map(|m| m.val_accuracy);
+        write_model_card(&run_dir.join("final"), config, "final", accuracy)?;
     }
     std::fs::write(run_dir.join("done"), format!("{}\n", state.step)).context("writing done")?;
     log(run_dir, &format!("finished: {} steps, best validation loss {:.4}", state.step, state.best_val_loss.unwrap_or(f64::NAN)))?;
@@ -527,7 +532,7 @@ fn validate<B: AutodiffBackend>(
     if best {
         state.best_val_loss = Some(p.loss);
         save_classifier(&inference, &run_dir.join("best"), Some(Path::new(&config.model)))?;
-        write_model_card(&run_dir.join("best"), config, "best")?;
+        write_model_card(&run_dir.join("best"), config, "best", Some(correct as f64 / val.len() as f64))?;
     }
     let metrics = EpochMetrics {
         epoch: state.epoch + 1,
@@ -558,19 +563,23 @@ fn validate<B: AutodiffBackend>(
     )
 }
 
-/// The model card next to a saved model: what it is and how it was made.
-fn write_model_card(dir: &Path, config: &RunConfig, which: &str) -> Result<()> {
+/// The model card next to a saved model: what it is, how it was made, and its accuracy on the
+/// run's validation split.
+fn write_model_card(dir: &Path, config: &RunConfig, which: &str, val_accuracy: Option<f64>) -> Result<()> {
     let task: Task = config.task.parse()?;
-    let card = serde_json::json!({
-        "task": config.task,
-        "labels": task.label_names(),
-        "connection": config.connection,
-        "checkpoint": which,
-        "trained_from": config.model,
-        "command": config.command,
-        "config": config,
-    });
-    run::write_json(&dir.join("imbert.json"), &card)
+    let mut card = ModelCard::new(
+        &config.task,
+        task.label_names().iter().map(|s| s.to_string()).collect(),
+        &ConnectionSpec::parse(&config.connection)?,
+    );
+    card.checkpoint = Some(which.to_string());
+    card.trained_from = config.model.clone();
+    card.command = config.command.clone();
+    card.config = serde_json::to_value(config)?;
+    if let Some(accuracy) = val_accuracy {
+        card.metrics.insert("validation".into(), accuracy);
+    }
+    run::write_json(&dir.join(shared::bundle::CARD_FILE), &card)
 }
 
 fn save_checkpoint<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>>(

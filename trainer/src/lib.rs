@@ -5,6 +5,7 @@ pub mod attack;
 pub mod backend;
 pub mod datasets;
 pub mod evaluate;
+pub mod export;
 pub mod fetch;
 pub mod finetune;
 pub mod inspect;

@@ -25,6 +25,8 @@ enum Command {
     Eval(evaluate::EvalArgs),
     /// Run a whole experiment grid (tasks x connections x seeds), resumably, then report it.
     Reproduce(reproduce::ReproduceArgs),
+    /// Pack a fine-tuned model for the browser demo (`--web`: int8 bundle + SITE/index.json).
+    Export(export::ExportArgs),
     /// Download GLUE (HF hub) and AdvGLUE dev into a data directory (needs internet).
     FetchData(fetch::FetchArgs),
 }
@@ -43,6 +45,7 @@ fn main() {
         Command::Report(args) => report::run(args),
         Command::Finetune(args) => finetune::run(*args),
         Command::Eval(args) => evaluate::run(args),
+        Command::Export(args) => export::run(args),
         Command::FetchData(args) => fetch::run(args),
         Command::Reproduce(args) => reproduce::run(args),
     };

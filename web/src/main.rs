@@ -1,8 +1,12 @@
-//! The browser demo's crate. Until the demo itself lands, this binary only links `shared` into a
-//! wasm32 build, which `make test` checks, so the model and tokenizer stay wasm-compatible.
+//! Entry point of the browser demo (built by trunk; see `index.html`).
 
+#[cfg(target_arch = "wasm32")]
 fn main() {
-    let spec = shared::ConnectionSpec::default();
-    // Keeps the model code in the link, so wasm-only compile errors surface here.
-    std::hint::black_box(spec.per_layer(shared::BertConfig::default().num_hidden_layers).ok());
+    console_error_panic_hook::set_once();
+    leptos::mount::mount_to_body(web::app::App);
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn main() {
+    eprintln!("the demo runs in the browser: `make demo` builds and serves it");
 }

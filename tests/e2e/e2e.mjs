@@ -1,0 +1,190 @@
+// End-to-end test of the browser demo in headless Chromium: once on WebGPU (SwiftShader), once
+// with ?backend=cpu. It builds nothing: `make e2e` runs `trunk build --release` first, and the
+// page loads the models listed in dist/models/index.json.
+//
+//   node tests/e2e/e2e.mjs [DIST_DIR]       (default: dist; screenshots go to target/e2e/)
+//
+// The page's DOM contract: #status[data-state] "ready" | "error"; #runtime[data-runtime]
+// "webgpu" | "cpu"; #task; #text-a (#text-b for pairs); button[data-perturb=...];
+// #perturbed-text; #diff with <ins>/<del>; #t-slider (0..15) and #gamma; #results[data-key]
+// (new key per displayed result) and [data-busy]; [data-verdict="bert-clean"|...] with
+// data-probs; #drift-chart svg and #residual-chart svg.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { launch, serve } from './serve.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, '../..');
+const dist = path.resolve(process.argv[2] ?? path.join(repo, 'dist'));
+const shots = path.join(repo, 'target/e2e');
+// SwiftShader compiles and runs every kernel on the CPU: be patient, but not forever.
+// E2E_TIMEOUT_S raises both on slow machines.
+const scale = Number(process.env.E2E_TIMEOUT_S ?? 0) * 1000;
+const LOAD_TIMEOUT = Math.max(10 * 60_000, scale);
+const RESULT_TIMEOUT = Math.max(5 * 60_000, scale);
+const VERDICTS = ['bert-clean', 'bert-perturbed', 'im-clean', 'im-perturbed'];
+
+function log(...args) {
+  console.log(`[e2e ${new Date().toISOString().slice(11, 19)}]`, ...args);
+}
+
+/** Waits until the page shows a result other than `previousKey` and is no longer computing. */
+async function nextResult(page, previousKey) {
+  await page.waitForFunction(
+    (prev) => {
+      const r = document.querySelector('#results');
+      const status = document.querySelector('#status');
+      if (status?.dataset.state === 'error') return true;
+      return r && r.dataset.key && r.dataset.key !== prev && r.dataset.busy !== 'true';
+    },
+    previousKey,
+    { timeout: RESULT_TIMEOUT, polling: 100 },
+  );
+  await failOnError(page);
+  return page.$eval('#results', (r) => r.dataset.key);
+}
+
+async function failOnError(page) {
+  const state = await page.$eval('#status', (s) => [s.dataset.state, s.textContent]);
+  assert.notEqual(state[0], 'error', `the page reports an error: ${state[1]}`);
+}
+
+/** The probabilities of every verdict card, checked to be distributions. */
+async function verdicts(page) {
+  const out = {};
+  for (const v of VERDICTS) {
+    const probs = await page.$eval(`[data-verdict="${v}"]`, (e) => e.dataset.probs);
+    const p = probs.split(',').map(Number);
+    assert.ok(p.length >= 2 && p.every((x) => Number.isFinite(x) && x >= 0 && x <= 1), `${v}: data-probs=${probs}`);
+    assert.ok(Math.abs(p.reduce((a, b) => a + b, 0) - 1) < 1e-3, `${v}: probabilities sum to ${p} `);
+    out[v] = p;
+  }
+  return out;
+}
+
+const svg = (page, id) => page.$eval(`#${id} svg`, (s) => s.outerHTML);
+
+/** Sets a range/number input the way a user would: value, then input and change events. */
+async function setInput(page, selector, value) {
+  await page.$eval(
+    selector,
+    (el, v) => {
+      el.value = String(v);
+      el.dispatchEvent(new Event('input', { bubbles: true }));
+      el.dispatchEvent(new Event('change', { bubbles: true }));
+    },
+    value,
+  );
+}
+
+async function run(server, browser, backend) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('response', (r) => {
+    // A browser asks for /favicon.ico on its own; the page itself must not miss anything.
+    if (r.status() >= 400 && !r.url().endsWith('/favicon.ico')) problems.push(`HTTP ${r.status()}: ${r.url()}`);
+  });
+  page.on('console', (m) => {
+    // Failed requests are reported above, with their URL.
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) problems.push(`console error: ${m.text()}`);
+    else if (/panicked|RuntimeError/.test(m.text())) problems.push(`console: ${m.text()}`);
+  });
+  page.on('dialog', async (d) => {
+    problems.push(`a dialog opened (${d.type()}: ${d.message()}): typed text was executed`);
+    await d.dismiss();
+  });
+
+  const url = server.url + (backend === 'cpu' ? '?backend=cpu' : '');
+  log(backend, 'loading', url);
+  const t0 = Date.now();
+  await page.goto(url);
+  await page.waitForFunction(
+    () => ['ready', 'error'].includes(document.querySelector('#status')?.dataset.state),
+    null,
+    { timeout: LOAD_TIMEOUT, polling: 200 },
+  );
+  await failOnError(page);
+  log(backend, `ready after ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  const runtime = await page.$eval('#runtime', (e) => e.dataset.runtime);
+  assert.equal(runtime, backend, `#runtime[data-runtime] is ${runtime}, expected ${backend}`);
+
+  // A sentence of our own, then a typo.
+  await page.selectOption('#task', 'sst2');
+  let key = await nextResult(page, '');
+  const sentence = 'an utterly charming and beautifully acted film about friendship .';
+  await page.fill('#text-a', sentence);
+  key = await nextResult(page, key);
+  const before = await page.inputValue('#perturbed-text');
+  await page.click('button[data-perturb="typo"]');
+  await page.waitForFunction((b) => document.querySelector('#perturbed-text').value !== b, before, { timeout: 30_000 });
+  const perturbed = await page.inputValue('#perturbed-text');
+  assert.notEqual(perturbed, sentence, 'the typo changed the text');
+  const marks = await page.$$eval('#diff ins, #diff del', (es) => es.map((e) => e.textContent));
+  assert.ok(marks.length > 0, '#diff marks the changed words with <ins>/<del>');
+  key = await nextResult(page, key);
+  const first = await verdicts(page);
+  const residualBefore = await svg(page, 'residual-chart');
+  const driftBefore = await svg(page, 'drift-chart');
+  assert.ok(/<path|<polyline|<rect|<line/.test(driftBefore), '#drift-chart draws something');
+  assert.ok(/<path|<polyline|<rect|<line/.test(residualBefore), '#residual-chart draws something');
+  log(backend, 'typo result', JSON.stringify(first));
+
+  // Fewer implicit iterations: IM's probabilities or its residual curve must change.
+  const t = Number(await page.inputValue('#t-slider'));
+  await setInput(page, '#t-slider', t === 1 ? 12 : 1);
+  key = await nextResult(page, key);
+  const second = await verdicts(page);
+  const residualAfter = await svg(page, 'residual-chart');
+  const imChanged = ['im-clean', 'im-perturbed'].some((v) => first[v].some((x, i) => Math.abs(x - second[v][i]) > 1e-7));
+  assert.ok(imChanged || residualAfter !== residualBefore, 'moving the T slider changed IM probabilities or the residual chart');
+  for (const v of ['bert-clean', 'bert-perturbed']) {
+    first[v].forEach((x, i) => assert.ok(Math.abs(x - second[v][i]) < 1e-4, `${v} does not depend on T`));
+  }
+  log(backend, `T ${t} -> ${t === 1 ? 12 : 1}: IM probabilities changed: ${imChanged}, residual chart changed: ${residualAfter !== residualBefore}`);
+
+  // Markup typed by the user is text, never HTML.
+  const scripts = await page.$$eval('script', (s) => s.length);
+  const payload = '<script>alert(1)</script> <img src=x onerror=alert(2)> a fine film';
+  await page.fill('#text-a', payload);
+  key = await nextResult(page, key);
+  await page.click('button[data-perturb="distractor"]');
+  key = await nextResult(page, key);
+  assert.equal(await page.$$eval('script', (s) => s.length), scripts, 'no <script> element was added');
+  assert.equal(await page.$$eval('#diff img, #results img', (s) => s.length), 0, 'no <img> element was added');
+  const diffText = await page.$eval('#diff', (d) => d.textContent);
+  assert.ok(diffText.includes('<script>alert(1)</script>'), `the markup is shown as text: ${diffText}`);
+
+  await page.fill('#text-a', sentence);
+  await page.click('button[data-perturb="typo"]');
+  key = await nextResult(page, key);
+  fs.mkdirSync(shots, { recursive: true });
+  const shot = path.join(shots, `demo-${backend === 'webgpu' ? 'webgpu' : 'cpu'}.png`);
+  await page.screenshot({ path: shot, fullPage: true });
+  log(backend, 'screenshot', path.relative(repo, shot));
+
+  assert.deepEqual(problems, [], `the page logged problems:\n${problems.join('\n')}`);
+  await page.close();
+}
+
+const server = await serve(dist);
+let failed = false;
+// E2E_BACKENDS=cpu (or webgpu) runs one of the two.
+for (const backend of (process.env.E2E_BACKENDS ?? 'webgpu,cpu').split(',')) {
+  // A fresh browser (and profile) per backend: nothing cached between the two runs.
+  const browser = await launch();
+  try {
+    await run(server, browser, backend);
+    log(backend, 'passed');
+  } catch (e) {
+    failed = true;
+    console.error(`[e2e] ${backend} FAILED:`, e.message ?? e);
+  } finally {
+    await browser.close();
+  }
+}
+await server.close();
+if (failed) process.exit(1);
+log('all passed');

@@ -1,0 +1,233 @@
+//! Which model plays which part. The site's `models/index.json` lists exported bundles; for the
+//! chosen task the page needs a BERT, an EX-BERT and an IM-BERT. A bundle trained with that
+//! connection is preferred; otherwise another bundle of the task runs with the connection swapped
+//! in at inference, and the page says so (that model was not trained that way).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use shared::{Connection, ConnectionSpec, ImplicitEuler};
+
+/// `models/index.json`, written by `trainer export --web --site DIR`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModelIndex {
+    pub models: Vec<IndexEntry>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct IndexEntry {
+    pub id: String,
+    /// Relative to the index, ending in `/`.
+    pub path: String,
+    pub task: String,
+    /// The connection it was trained with, as a spec (`bert`, `im:T=5,gamma=0.1,layers=3-5`).
+    pub connection: String,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// Size of the bundle, for the progress bar and the cache key.
+    #[serde(default)]
+    pub bytes: u64,
+    /// Accuracies from the model card (`validation`, `glue_dev/TASK`, `advglue/TASK`, ...).
+    #[serde(default)]
+    pub metrics: BTreeMap<String, f64>,
+}
+
+impl IndexEntry {
+    /// The card's accuracies for people, clean ones first: a robustness number never appears
+    /// without the clean accuracy beside it.
+    pub fn metrics_summary(&self) -> String {
+        let pct = |k: &str| self.metrics.get(k).map(|v| format!("{:.1}%", 100.0 * v));
+        let task = &self.task;
+        let mut parts = Vec::new();
+        if let Some(v) = pct("validation") {
+            parts.push(format!("validation {v}"));
+        }
+        if let Some(v) = pct(&format!("glue_dev/{task}")) {
+            parts.push(format!("GLUE dev {v}"));
+        }
+        if let Some(v) = pct(&format!("advglue/{task}")) {
+            let clean = pct(&format!("advglue/{task}/clean_original")).map(|c| format!(" (their clean originals {c})")).unwrap_or_default();
+            parts.push(format!("AdvGLUE {v}{clean}"));
+        }
+        if parts.is_empty() {
+            "no accuracy recorded".into()
+        } else {
+            parts.join(" · ")
+        }
+    }
+}
+
+/// The three parts of the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    Bert,
+    Ex,
+    Im,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Bert, Role::Ex, Role::Im];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Bert => "BERT",
+            Role::Ex => "EX-BERT",
+            Role::Im => "IM-BERT",
+        }
+    }
+
+    /// CSS class and DOM key.
+    pub fn key(self) -> &'static str {
+        match self {
+            Role::Bert => "bert",
+            Role::Ex => "ex",
+            Role::Im => "im",
+        }
+    }
+
+    fn matches(self, connection: &Connection) -> bool {
+        matches!(
+            (self, connection),
+            (Role::Bert, Connection::Monotone) | (Role::Ex, Connection::Explicit) | (Role::Im, Connection::Implicit(_))
+        )
+    }
+}
+
+/// A part and the bundle that plays it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assignment {
+    pub role: Role,
+    /// Index into the index's `models`.
+    pub model: usize,
+    /// The connection it runs with (IM's T and gamma are then set by the page's controls).
+    pub spec: ConnectionSpec,
+    /// Set when the bundle was trained with another connection.
+    pub borrowed_from: Option<String>,
+}
+
+/// Tasks that have at least one model, in index order.
+pub fn tasks(index: &ModelIndex) -> Vec<String> {
+    let mut tasks: Vec<String> = Vec::new();
+    for m in &index.models {
+        if !tasks.contains(&m.task) {
+            tasks.push(m.task.clone());
+        }
+    }
+    tasks
+}
+
+/// Picks the bundle for each role of `task`.
+pub fn assign(index: &ModelIndex, task: &str) -> Result<Vec<Assignment>, String> {
+    let candidates: Vec<(usize, ConnectionSpec)> = index
+        .models
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.task == task)
+        .map(|(i, m)| {
+            ConnectionSpec::parse(&m.connection).map(|s| (i, s)).map_err(|e| format!("model {}: {e}", m.id))
+        })
+        .collect::<Result<_, _>>()?;
+    let Some(first) = candidates.first().cloned() else {
+        return Err(format!("no model for task {task}"));
+    };
+    // Borrowed weights come from the plain-BERT bundle when there is one.
+    let fallback = candidates.iter().find(|(_, s)| Role::Bert.matches(&s.connection)).cloned().unwrap_or(first);
+    Ok(Role::ALL
+        .into_iter()
+        .map(|role| match candidates.iter().find(|(_, s)| role.matches(&s.connection)) {
+            Some((i, spec)) => Assignment { role, model: *i, spec: spec.clone(), borrowed_from: None },
+            None => {
+                let connection = match role {
+                    Role::Bert => Connection::Monotone,
+                    Role::Ex => Connection::Explicit,
+                    Role::Im => Connection::Implicit(ImplicitEuler::default()),
+                };
+                Assignment {
+                    role,
+                    model: fallback.0,
+                    spec: ConnectionSpec { connection, layers: None },
+                    borrowed_from: Some(index.models[fallback.0].id.clone()),
+                }
+            }
+        })
+        .collect())
+}
+
+/// `spec` with the page's T and gamma (layers and gradient mode kept); other connections as is.
+pub fn with_iterations(spec: &ConnectionSpec, t: usize, gamma: f64) -> ConnectionSpec {
+    let mut spec = spec.clone();
+    if let Connection::Implicit(im) = &mut spec.connection {
+        im.iterations = t;
+        im.gamma = gamma;
+    }
+    spec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(entries: &[(&str, &str, &str)]) -> ModelIndex {
+        ModelIndex {
+            models: entries
+                .iter()
+                .map(|(id, task, connection)| IndexEntry {
+                    id: id.to_string(),
+                    path: format!("{id}/"),
+                    task: task.to_string(),
+                    connection: connection.to_string(),
+                    labels: vec![],
+                    bytes: 0,
+                    metrics: BTreeMap::new(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn trained_bundles_play_their_own_parts() {
+        let idx = index(&[("b", "sst2", "bert"), ("i", "sst2", "im:T=5,gamma=0.1,layers=3-5"), ("r", "rte", "bert")]);
+        let roles = assign(&idx, "sst2").unwrap();
+        assert_eq!(roles[0].model, 0);
+        assert_eq!(roles[2].model, 1);
+        assert_eq!(roles[2].spec.layers, Some((3, 5)));
+        assert!(roles[2].borrowed_from.is_none());
+        // No EX bundle: BERT's weights with the explicit connection, and the page is told.
+        assert_eq!(roles[1].model, 0);
+        assert_eq!(roles[1].spec.connection, Connection::Explicit);
+        assert_eq!(roles[1].borrowed_from.as_deref(), Some("b"));
+        assert_eq!(tasks(&idx), ["sst2", "rte"]);
+    }
+
+    #[test]
+    fn a_single_bundle_plays_every_part_and_missing_tasks_are_errors() {
+        let idx = index(&[("r", "rte", "bert")]);
+        let roles = assign(&idx, "rte").unwrap();
+        assert!(roles.iter().all(|a| a.model == 0));
+        assert!(matches!(roles[2].spec.connection, Connection::Implicit(_)));
+        assert!(assign(&idx, "sst2").is_err());
+        assert!(assign(&index(&[("x", "rte", "nonsense")]), "rte").unwrap_err().contains("model x"));
+    }
+
+    #[test]
+    fn metrics_show_clean_accuracy_beside_robustness() {
+        let mut idx = index(&[("b", "sst2", "bert")]);
+        assert_eq!(idx.models[0].metrics_summary(), "no accuracy recorded");
+        idx.models[0].metrics = [("validation", 0.836), ("glue_dev/sst2", 0.821), ("advglue/sst2", 0.405), ("advglue/sst2/clean_original", 0.786)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert_eq!(
+            idx.models[0].metrics_summary(),
+            "validation 83.6% · GLUE dev 82.1% · AdvGLUE 40.5% (their clean originals 78.6%)"
+        );
+    }
+
+    #[test]
+    fn the_slider_sets_t_and_gamma_only() {
+        let spec = ConnectionSpec::parse("im:T=5,gamma=0.1,layers=2-3,grad=detached").unwrap();
+        let s = with_iterations(&spec, 0, 0.25);
+        assert_eq!(s.to_spec_string(), "im:T=0,gamma=0.25,grad=detached,layers=2-3");
+        assert_eq!(with_iterations(&ConnectionSpec::default(), 9, 0.5), ConnectionSpec::default());
+    }
+}

@@ -1,0 +1,166 @@
+//! What the demo computes, independent of the page: one forward pass of a model over the clean
+//! and the perturbed input (a batch of two), read back asynchronously because WebGPU has no
+//! synchronous readback. The same code runs on WebGPU and on the CPU fallback, and natively in
+//! the unit tests below.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{activation, Tensor};
+use shared::{BertClassifier, BertTokenizer, ForwardOptions};
+
+/// One model input: a sentence, or a sentence pair.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Input {
+    pub text_a: String,
+    pub text_b: Option<String>,
+}
+
+impl Input {
+    pub fn new(text_a: impl Into<String>, text_b: Option<String>) -> Self {
+        Self { text_a: text_a.into(), text_b }
+    }
+}
+
+/// A model's answer on one input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub probs: Vec<f32>,
+    /// Tokens the model saw, [CLS] and [SEP] included.
+    pub tokens: usize,
+    /// Whether the input was cut to the maximum length.
+    pub truncated: bool,
+}
+
+impl Verdict {
+    /// The most probable class.
+    pub fn label(&self) -> usize {
+        argmax(&self.probs)
+    }
+}
+
+/// The squared residual `||z - h - phi(z)||^2` of one IM layer before each iteration and after
+/// the last (`T + 1` values), for both inputs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResidualTrace {
+    pub layer: usize,
+    pub clean: Vec<f32>,
+    pub perturbed: Vec<f32>,
+}
+
+/// Everything the page shows for one model on one (clean, perturbed) pair.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Analysis {
+    pub clean: Verdict,
+    pub perturbed: Verdict,
+    /// Per layer, 0 = embeddings .. L: cosine distance between the clean and perturbed [CLS]
+    /// vectors.
+    pub cls_drift: Vec<f32>,
+    /// Per layer: L2 distance between the mean real-token vectors of the two inputs.
+    pub mean_drift: Vec<f32>,
+    /// One trace per IM layer (empty for BERT and EX-BERT).
+    pub residuals: Vec<ResidualTrace>,
+}
+
+impl Analysis {
+    /// Whether the perturbation changed the predicted class.
+    pub fn flipped(&self) -> bool {
+        self.clean.label() != self.perturbed.label()
+    }
+}
+
+/// Runs `model` (connections already set) on `clean` and `perturbed` in one batch.
+pub async fn analyse<B: Backend>(
+    model: &BertClassifier<B>,
+    tokenizer: &BertTokenizer,
+    clean: &Input,
+    perturbed: &Input,
+    max_len: usize,
+    device: &B::Device,
+) -> Result<Analysis, String> {
+    let items = [(clean.text_a.as_str(), clean.text_b.as_deref()), (perturbed.text_a.as_str(), perturbed.text_b.as_deref())];
+    let max_len = model.max_len(max_len);
+    let batch = tokenizer.encode(&items, max_len).map_err(|e| e.to_string())?;
+    let input = batch.to_input::<B>(device);
+    let options = ForwardOptions { hidden_states: true, im_residuals: true, skip_head: false };
+    let out = model.forward(&input, options);
+    let logits = out.logits.ok_or("this model has no classifier head")?;
+
+    // Three readbacks in all, however many layers: each one is a GPU round trip.
+    let probs = read(activation::softmax(logits, 1)).await?;
+    let hidden = read(Tensor::stack::<4>(out.hidden_states, 0)).await?; // [L+1, 2, seq, h]
+    let residual_layers: Vec<usize> = out.im_residuals.iter().map(|(layer, _)| *layer).collect();
+    let steps: Vec<usize> = out.im_residuals.iter().map(|(_, r)| r.len()).collect();
+    let residuals = if residual_layers.is_empty() {
+        Vec::new()
+    } else {
+        let flat: Vec<Tensor<B, 1>> = out.im_residuals.into_iter().flat_map(|(_, r)| r).collect();
+        read(Tensor::cat(flat, 0)).await? // per layer, per iteration: [clean, perturbed]
+    };
+
+    let labels = probs.len() / 2;
+    let verdict = |i: usize| {
+        let items_tokens = items_token_count(tokenizer, items[i], max_len);
+        Verdict {
+            probs: probs[i * labels..(i + 1) * labels].to_vec(),
+            tokens: batch.length(i),
+            truncated: items_tokens > max_len,
+        }
+    };
+    let (seq, hidden_size) = (batch.seq, model.config.hidden_size);
+    let layers = hidden.len() / (2 * seq * hidden_size).max(1);
+    let lengths = [batch.length(0), batch.length(1)];
+    let (mut cls_drift, mut mean_drift) = (Vec::with_capacity(layers), Vec::with_capacity(layers));
+    for l in 0..layers {
+        let token = |i: usize, t: usize| {
+            let at = ((l * 2 + i) * seq + t) * hidden_size;
+            &hidden[at..at + hidden_size]
+        };
+        cls_drift.push(1.0 - cosine(token(0, 0), token(1, 0)));
+        let mean = |i: usize| {
+            let mut m = vec![0.0f32; hidden_size];
+            for t in 0..lengths[i] {
+                m.iter_mut().zip(token(i, t)).for_each(|(a, b)| *a += b);
+            }
+            m.iter_mut().for_each(|a| *a /= lengths[i].max(1) as f32);
+            m
+        };
+        let (a, b) = (mean(0), mean(1));
+        mean_drift.push(a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>().sqrt());
+    }
+    let mut traces = Vec::with_capacity(residual_layers.len());
+    let mut at = 0;
+    for (layer, n) in residual_layers.into_iter().zip(steps) {
+        let values = &residuals[at..at + 2 * n];
+        at += 2 * n;
+        traces.push(ResidualTrace {
+            layer,
+            clean: values.iter().step_by(2).copied().collect(),
+            perturbed: values.iter().skip(1).step_by(2).copied().collect(),
+        });
+    }
+    Ok(Analysis { clean: verdict(0), perturbed: verdict(1), cls_drift, mean_drift, residuals: traces })
+}
+
+fn items_token_count(tokenizer: &BertTokenizer, item: (&str, Option<&str>), max_len: usize) -> usize {
+    // Encoding once more without the cap tells whether the cap cut anything.
+    tokenizer.encode(&[item], usize::MAX / 2).map(|b| b.length(0)).unwrap_or(max_len)
+}
+
+async fn read<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>, String> {
+    let data = t.into_data_async().await.map_err(|e| format!("reading a result back failed: {e:?}"))?;
+    data.convert::<f32>().into_vec::<f32>().map_err(|e| format!("{e:?}"))
+}
+
+pub fn argmax(values: &[f32]) -> usize {
+    values.iter().enumerate().fold(0, |best, (i, v)| if *v > values[best] { i } else { best })
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let denom = norm(a) * norm(b);
+    if denom > 0.0 {
+        dot / denom
+    } else {
+        0.0
+    }
+}

@@ -1,0 +1,148 @@
+//! The page's model state: the runtime, the bundles loaded so far (weights stay on the device
+//! while the visitor moves the T slider), the synonym index per task, and a cache of results per
+//! (model, connection, clean text, perturbed text).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use shared::bundle::{ModelCard, WebBundle};
+use shared::neighbours::WordNeighbours;
+use shared::quantize::WEB_WEIGHTS_FILE;
+use shared::{BertClassifier, BertTokenizer, ConnectionSpec};
+
+use crate::catalog::{IndexEntry, ModelIndex};
+use crate::engine::{self, Analysis, Input};
+use crate::loader;
+use crate::runtime::{Cpu, Gpu, Runtime};
+
+/// The longest input the demo runs; longer text is cut, and the page says so.
+pub const MAX_TOKENS: usize = 128;
+
+enum AnyModel {
+    Gpu(BertClassifier<Gpu>),
+    Cpu(BertClassifier<Cpu>),
+}
+
+/// A bundle on the device.
+pub struct LoadedModel {
+    pub entry: IndexEntry,
+    pub card: ModelCard,
+    pub tokenizer: Rc<BertTokenizer>,
+    model: AnyModel,
+}
+
+pub struct Session {
+    pub runtime: Runtime,
+    pub index: ModelIndex,
+    /// URL of the directory holding `index.json`, ending in `/`.
+    base: String,
+    loaded: HashMap<usize, Rc<LoadedModel>>,
+    neighbours: HashMap<String, Rc<WordNeighbours>>,
+    cache: HashMap<String, Rc<Analysis>>,
+}
+
+pub type Shared = Rc<RefCell<Session>>;
+
+impl Session {
+    pub fn new(runtime: Runtime, index: ModelIndex, base: String) -> Self {
+        Self { runtime, index, base, loaded: HashMap::new(), neighbours: HashMap::new(), cache: HashMap::new() }
+    }
+
+    pub fn loaded(&self, model: usize) -> Option<Rc<LoadedModel>> {
+        self.loaded.get(&model).cloned()
+    }
+
+    pub fn neighbours(&self, task: &str) -> Option<Rc<WordNeighbours>> {
+        self.neighbours.get(task).cloned()
+    }
+}
+
+/// Downloads bundle `model` (weights through the cache, with progress) and puts it on the
+/// device. The session is not borrowed across awaits: other tasks run in between.
+pub async fn load(session: &Shared, model: usize, progress: impl Fn(u64, u64)) -> Result<Rc<LoadedModel>, String> {
+    if let Some(m) = session.borrow().loaded(model) {
+        return Ok(m);
+    }
+    let (entry, url, runtime) = {
+        let s = session.borrow();
+        let entry = s.index.models.get(model).cloned().ok_or("no such model")?;
+        let url = format!("{}{}", s.base, entry.path);
+        (entry, url, s.runtime.clone())
+    };
+    let text = |name: &'static str| {
+        let url = format!("{url}{name}");
+        async move { loader::fetch_text(&url, false).await?.ok_or(format!("{url} is empty")) }
+    };
+    let config = text("config.json").await?;
+    let tokenizer = text("tokenizer.json").await?;
+    let card = text("imbert.json").await?;
+    let (weights, _cached) = loader::fetch_bytes(&format!("{url}{WEB_WEIGHTS_FILE}"), entry.bytes, progress).await?;
+    let bundle = WebBundle::from_bytes(config.as_bytes(), tokenizer.as_bytes(), &weights, card.as_bytes())
+        .map_err(|e| format!("model {}: {e}", entry.id))?;
+    drop(weights);
+    let neighbours = if session.borrow().neighbours.contains_key(&entry.task) {
+        None
+    } else {
+        Some(word_neighbours(&bundle)?)
+    };
+    let model_on_device = match &runtime {
+        Runtime::WebGpu(device) => AnyModel::Gpu(bundle.classifier::<Gpu>(device).map_err(|e| e.to_string())?),
+        Runtime::Cpu => AnyModel::Cpu(bundle.classifier::<Cpu>(&Default::default()).map_err(|e| e.to_string())?),
+    };
+    let loaded = Rc::new(LoadedModel {
+        entry: entry.clone(),
+        card: bundle.card.clone(),
+        tokenizer: Rc::new(bundle.tokenizer.clone()),
+        model: model_on_device,
+    });
+    let mut s = session.borrow_mut();
+    if let Some(n) = neighbours {
+        s.neighbours.insert(entry.task.clone(), Rc::new(n));
+    }
+    s.loaded.insert(model, loaded.clone());
+    Ok(loaded)
+}
+
+fn word_neighbours(bundle: &WebBundle) -> Result<WordNeighbours, String> {
+    let weight = ["bert.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"]
+        .iter()
+        .find_map(|k| bundle.tensors.get(*k))
+        .ok_or("the bundle has no word embeddings")?;
+    let hidden = weight.shape.get(1).copied().unwrap_or(0);
+    WordNeighbours::new(&weight.data, hidden, &bundle.tokenizer.inner().get_vocab(true)).map_err(|e| e.to_string())
+}
+
+/// The analysis of `model` run with `spec` on the pair, from the cache when computed before.
+pub async fn analyse(
+    session: &Shared,
+    model: &Rc<LoadedModel>,
+    spec: &ConnectionSpec,
+    clean: &Input,
+    perturbed: &Input,
+) -> Result<Rc<Analysis>, String> {
+    let key = format!("{}|{}|{:?}|{:?}", model.entry.id, spec.to_spec_string(), clean, perturbed);
+    if let Some(hit) = session.borrow().cache.get(&key) {
+        return Ok(hit.clone());
+    }
+    let tokenizer = &model.tokenizer;
+    let analysis = match &model.model {
+        AnyModel::Gpu(m) => {
+            let device = m.bert.embeddings.word_embeddings.weight.device();
+            let m = m.clone().with_connections(spec).map_err(|e| e.to_string())?;
+            engine::analyse(&m, tokenizer, clean, perturbed, MAX_TOKENS, &device).await?
+        }
+        AnyModel::Cpu(m) => {
+            let m = m.clone().with_connections(spec).map_err(|e| e.to_string())?;
+            engine::analyse(&m, tokenizer, clean, perturbed, MAX_TOKENS, &Default::default()).await?
+        }
+    };
+    let analysis = Rc::new(analysis);
+    let mut s = session.borrow_mut();
+    // A visitor typing produces many keys; keep the cache bounded.
+    if s.cache.len() > 512 {
+        s.cache.clear();
+    }
+    s.cache.insert(key, analysis.clone());
+    Ok(analysis)
+}
