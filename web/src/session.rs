@@ -90,12 +90,9 @@ pub async fn load(session: &Shared, model: usize, progress: impl Fn(u64, u64)) -
         Runtime::WebGpu(device) => AnyModel::Gpu(bundle.classifier::<Gpu>(device).map_err(|e| e.to_string())?),
         Runtime::Cpu => AnyModel::Cpu(bundle.classifier::<Cpu>(&Default::default()).map_err(|e| e.to_string())?),
     };
-    let loaded = Rc::new(LoadedModel {
-        entry: entry.clone(),
-        card: bundle.card.clone(),
-        tokenizer: Rc::new(bundle.tokenizer.clone()),
-        model: model_on_device,
-    });
+    // The host copy of the weights goes here; the tokenizer and card move out of it.
+    let WebBundle { tokenizer, card, .. } = bundle;
+    let loaded = Rc::new(LoadedModel { entry: entry.clone(), card, tokenizer: Rc::new(tokenizer), model: model_on_device });
     let mut s = session.borrow_mut();
     if let Some(n) = neighbours {
         s.neighbours.insert(entry.task.clone(), Rc::new(n));
