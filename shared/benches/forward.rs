@@ -4,6 +4,10 @@
 //! `make bench` (sets IMBERT_PYTHON to the venv with torch). Without IMBERT_PYTHON the PyTorch
 //! column is skipped and said so.
 
+// The allocator the trainer runs with, so the figures are the trainer's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -115,7 +115,7 @@ impl ImplicitEuler {
 /// `||r||^2` per example: `[batch, seq, hidden]` -> `[batch]`.
 fn squared_norm<B: Backend>(r: &Tensor<B, 3>) -> Tensor<B, 1> {
     let batch = r.dims()[0];
-    r.clone().powi_scalar(2).sum_dims(&[1, 2]).reshape([batch])
+    (r.clone() * r.clone()).sum_dims(&[1, 2]).reshape([batch])
 }
 
 impl Connection {

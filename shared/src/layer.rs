@@ -55,6 +55,18 @@ pub struct BertSelfAttention<B: Backend> {
     pub num_heads: usize,
 }
 
+impl<B: Backend> BertSelfAttention<B> {
+    /// `[W_q W_k W_v]`, `[hidden, 3 * hidden]`: the three projections as one matrix.
+    fn qkv_weight(&self) -> Tensor<B, 2> {
+        Tensor::cat(vec![self.query.weight.val(), self.key.weight.val(), self.value.weight.val()], 1)
+    }
+
+    fn qkv_bias(&self) -> Option<Tensor<B, 1>> {
+        let (q, k, v) = (self.query.bias.as_ref()?, self.key.bias.as_ref()?, self.value.bias.as_ref()?);
+        Some(Tensor::cat(vec![q.val(), k.val(), v.val()], 0))
+    }
+}
+
 #[derive(Module, Debug)]
 pub struct BertSelfOutput<B: Backend> {
     pub dense: Linear<B>,
@@ -160,10 +172,11 @@ impl<B: Backend> BertLayer<B> {
         let head_dim = hidden / heads;
         let split = |t: Tensor<B, 3>| t.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
 
-        // Self-attention: softmax(q k^T / sqrt(d) + bias) v.
-        let q = split(sa.query.forward(hidden_states.clone())); // [b, nh, s, dh]
-        let k = split(sa.key.forward(hidden_states.clone()));
-        let v = split(sa.value.forward(hidden_states.clone()));
+        // Self-attention: softmax(q k^T / sqrt(d) + bias) v. One matmul computes q, k and v.
+        let qkv = dense_with(hidden_states.clone(), sa.qkv_weight(), sa.qkv_bias()); // [b, s, 3h]
+        let q = split(qkv.clone().narrow(2, 0, hidden)); // [b, nh, s, dh]
+        let k = split(qkv.clone().narrow(2, hidden, hidden));
+        let v = split(qkv.narrow(2, 2 * hidden, hidden));
         let scale = (head_dim as f64).powf(-0.5);
         let scores = q.clone().matmul(k.clone().swap_dims(2, 3)).mul_scalar(scale)
             + ctx.attention_bias.clone(); // [b, nh, s, s]
@@ -173,15 +186,15 @@ impl<B: Backend> BertLayer<B> {
         let context = probs_dropped.matmul(v.clone()).swap_dims(1, 2).reshape([batch, seq, hidden]);
 
         // Attention output: dense -> dropout -> residual -> LayerNorm.
-        let attn = self.attention.output.dense.forward(context);
+        let attn = dense(&self.attention.output.dense, context);
         let attention_keep = dropout_mask(&attn, ctx.hidden_dropout);
         let attn = apply_keep(attn, &attention_keep) + hidden_states;
         let (x1, ln1) = layer_norm_forward(attn, &self.attention.output.layer_norm, self.attention.output.eps);
 
         // Feed-forward: dense -> exact GELU -> dense -> dropout -> residual -> LayerNorm.
-        let gelu_in = self.intermediate.dense.forward(x1.clone());
+        let gelu_in = dense(&self.intermediate.dense, x1.clone());
         let (gelu_out, gelu_cdf) = gelu_forward(gelu_in.clone());
-        let ffn = self.output.dense.forward(gelu_out);
+        let ffn = dense(&self.output.dense, gelu_out);
         let ffn_keep = dropout_mask(&ffn, ctx.hidden_dropout);
         let ffn = apply_keep(ffn, &ffn_keep) + x1;
         let (y, ln2) = layer_norm_forward(ffn, &self.output.layer_norm, self.output.eps);
@@ -232,17 +245,28 @@ impl<B: Backend> BertLayer<B> {
         let dq = dscores.clone().matmul(cache.k.clone()).mul_scalar(scale);
         let dk = dscores.swap_dims(2, 3).matmul(cache.q.clone()).mul_scalar(scale);
 
-        // term 1: the residual path; terms 2-4: through query, key and value.
-        dattn
-            + linear_input_backward(&sa.query, merge(dq))
-            + linear_input_backward(&sa.key, merge(dk))
-            + linear_input_backward(&sa.value, merge(dv))
+        // term 1: the residual path; term 2: through query, key and value, [dq dk dv] W_qkv^T.
+        let dqkv = Tensor::cat(vec![merge(dq), merge(dk), merge(dv)], 2);
+        dattn + dense_with(dqkv, sa.qkv_weight().transpose(), None)
     }
 }
 
+/// `x W + b` for `[batch, seq, in]` inputs, run as one `[batch * seq, in]` matmul: a single large
+/// GEMM instead of `batch` small ones that each re-pack `W` (also in autodiff's weight gradient).
+fn dense_with<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Tensor<B, 3> {
+    let [batch, seq, features] = x.dims();
+    let y = linear(x.reshape([batch * seq, features]), weight, bias);
+    let out = y.dims()[1];
+    y.reshape([batch, seq, out])
+}
+
+fn dense<B: Backend>(lin: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    dense_with(x, lin.weight.val(), lin.bias.as_ref().map(|b| b.val()))
+}
+
 /// Input-gradient of `x W + b`: `dout W^T`.
-fn linear_input_backward<B: Backend, const D: usize>(lin: &Linear<B>, dout: Tensor<B, D>) -> Tensor<B, D> {
-    linear(dout, lin.weight.val().transpose(), None)
+fn linear_input_backward<B: Backend>(lin: &Linear<B>, dout: Tensor<B, 3>) -> Tensor<B, 3> {
+    dense_with(dout, lin.weight.val().transpose(), None)
 }
 
 /// Exact GELU, `x * Phi(x)`, built from `erf` so that autodiff differentiates the true function.
@@ -259,7 +283,8 @@ fn gelu_backward<B: Backend, const D: usize>(
     cdf: &Tensor<B, D>,
 ) -> Tensor<B, D> {
     let inv_sqrt_2pi = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
-    let pdf = x.clone().powi_scalar(2).mul_scalar(-0.5).exp().mul_scalar(inv_sqrt_2pi);
+    // x * x, not powi: the CPU backend computes powers with a scalar powf per element.
+    let pdf = (x.clone() * x.clone()).mul_scalar(-0.5).exp().mul_scalar(inv_sqrt_2pi);
     dout * (cdf.clone() + x.clone() * pdf)
 }
 
@@ -284,7 +309,7 @@ pub fn layer_norm_forward<B: Backend>(
     eps: f64,
 ) -> (Tensor<B, 3>, LayerNormCache<B>) {
     let centered = x.clone() - x.mean_dim(2);
-    let var = centered.clone().powi_scalar(2).mean_dim(2);
+    let var = (centered.clone() * centered.clone()).mean_dim(2);
     let rstd = var.add_scalar(eps).sqrt().recip();
     let x_hat = centered * rstd.clone();
     let hidden = x_hat.dims()[2];

@@ -3,6 +3,10 @@
 //! the same step in the same run (`make bench` sets IMBERT_PYTHON). Prints examples/s and the
 //! time ratio; the target is at most 1.2x PyTorch's time.
 
+// The allocator the trainer runs with, so the figures are the trainer's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::time::Instant;
 

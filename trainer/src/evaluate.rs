@@ -121,19 +121,23 @@ pub fn top_share(values: &[usize]) -> f64 {
 /// label, or more than 90% of the predictions on one label.
 pub fn did_not_learn(clean: &[CleanResult]) -> Option<String> {
     clean.iter().find_map(|c| {
-        if c.score.accuracy < c.majority_share + 0.05 {
-            Some(format!(
-                "{}: clean accuracy {:.1}% is within 5 points of the majority-label rate {:.1}%",
-                c.split,
-                100.0 * c.score.accuracy,
-                100.0 * c.majority_share
-            ))
-        } else if c.top_prediction_share > 0.9 {
-            Some(format!("{}: {:.0}% of predictions are one label", c.split, 100.0 * c.top_prediction_share))
-        } else {
-            None
-        }
+        near_chance(c.score.accuracy, c.majority_share, c.top_prediction_share).map(|why| format!("{}: {why}", c.split))
     })
+}
+
+/// The rule of [`did_not_learn`] for one set of predictions.
+pub fn near_chance(accuracy: f64, majority_share: f64, top_prediction_share: f64) -> Option<String> {
+    if accuracy < majority_share + 0.05 {
+        Some(format!(
+            "clean accuracy {:.1}% is within 5 points of the majority-label rate {:.1}%",
+            100.0 * accuracy,
+            100.0 * majority_share
+        ))
+    } else if top_prediction_share > 0.9 {
+        Some(format!("{:.0}% of predictions are one label", 100.0 * top_prediction_share))
+    } else {
+        None
+    }
 }
 
 /// Everything `eval` needs to know about the model under test.

@@ -28,7 +28,7 @@ use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
 
 use crate::backend::BackendKind;
 use crate::datasets;
-use crate::evaluate::predict;
+use crate::evaluate::{self, predict};
 use crate::run::{self, EpochMetrics, RunConfig};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -540,6 +540,8 @@ fn validate<B: AutodiffBackend>(
         train_loss: state.loss_sum / state.loss_count.max(1) as f64,
         val_loss: p.loss,
         val_accuracy: correct as f64 / val.len() as f64,
+        val_majority_share: Some(evaluate::top_share(&val.iter().map(|e| e.label).collect::<Vec<_>>())),
+        val_top_prediction_share: Some(evaluate::top_share(&p.predicted)),
         lr,
         examples_per_sec,
         elapsed_s: state.elapsed_s,

@@ -9,6 +9,7 @@ pub mod export;
 pub mod fetch;
 pub mod finetune;
 pub mod inspect;
+pub mod lr_search;
 pub mod report;
 pub mod reproduce;
 pub mod run;

@@ -4,6 +4,10 @@
 use clap::{Parser, Subcommand};
 use trainer::*;
 
+// Keeps freed tensor buffers instead of returning them to the OS (see the workspace Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "trainer", version, about = "IM-BERT: fine-tune, evaluate, attack and inspect BERT with implicit Euler connections")]
 struct Cli {
@@ -23,6 +27,8 @@ enum Command {
     Finetune(Box<finetune::FinetuneArgs>),
     /// GLUE dev and AdvGLUE dev accuracy, per task, attack level and method, beside clean accuracy.
     Eval(evaluate::EvalArgs),
+    /// Fine-tune at several learning rates and choose one on the validation split (lowest loss).
+    LrSearch(Box<lr_search::LrSearchArgs>),
     /// Run a whole experiment grid (tasks x connections x seeds), resumably, then report it.
     Reproduce(reproduce::ReproduceArgs),
     /// Pack a fine-tuned model for the browser demo (`--web`: int8 bundle + SITE/index.json).
@@ -48,6 +54,7 @@ fn main() {
         Command::Export(args) => export::run(args),
         Command::FetchData(args) => fetch::run(args),
         Command::Reproduce(args) => reproduce::run(args),
+        Command::LrSearch(args) => lr_search::run(*args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

@@ -69,6 +69,13 @@ pub struct EpochMetrics {
     pub train_loss: f64,
     pub val_loss: f64,
     pub val_accuracy: f64,
+    /// Share of the validation examples with the most common label (what always guessing it
+    /// scores) and share of the most-predicted label: beside the accuracy, they tell a model that
+    /// learned from one stuck on a class. Absent in runs written before they were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_majority_share: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_top_prediction_share: Option<f64>,
     pub lr: f64,
     pub examples_per_sec: f64,
     pub elapsed_s: f64,

@@ -178,3 +178,34 @@ fn reproduce_runs_a_grid_reports_it_and_resumes() {
     let again = ok(trainer(&args, &[]));
     assert_eq!(again.matches(": done").count(), 2, "{again}");
 }
+
+#[test]
+fn lr_search_picks_the_lowest_validation_loss_and_resumes() {
+    let out = scratch("lr-search");
+    let mut args = tiny_finetune(&out, &["--lrs", "1e-4,3e-3"]);
+    args[0] = "lr-search".into();
+    // tiny_finetune sets --lr and --save-final, which lr-search replaces and refuses.
+    let lr = args.iter().position(|a| a == "--lr").unwrap();
+    args.drain(lr..lr + 2);
+    args.retain(|a| a != "--save-final");
+    let first = ok(trainer(&as_refs(&args), &[]));
+    assert!(first.contains("Chosen on the validation split"), "{first}");
+    let search: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("search.json")).unwrap()).unwrap();
+    let trials = search["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 2);
+    let best = trials.iter().min_by(|a, b| a["val_loss"].as_f64().unwrap().total_cmp(&b["val_loss"].as_f64().unwrap())).unwrap();
+    assert_eq!(search["chosen_lr"], best["lr"]);
+    for t in trials {
+        assert!(t["val_majority_share"].as_f64().unwrap() >= 0.5);
+        assert!(out.join(t["run_dir"].as_str().unwrap().rsplit('/').next().unwrap()).join("done").exists());
+    }
+    // Finished runs are not trained again.
+    let before = std::fs::metadata(out.join("lr-1e-4/metrics.jsonl")).unwrap().modified().unwrap();
+    let second = ok(trainer(&as_refs(&args), &[]));
+    assert_eq!(std::fs::metadata(out.join("lr-1e-4/metrics.jsonl")).unwrap().modified().unwrap(), before);
+    assert!(!second.contains("validation loss 0"), "{second}");
+    args.extend(["--lr".to_string(), "1e-3".to_string()]);
+    let refused = trainer(&as_refs(&args), &[]);
+    assert!(!refused.status.success());
+}
