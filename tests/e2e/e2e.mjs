@@ -157,6 +157,21 @@ async function run(server, browser, backend) {
   const diffText = await page.$eval('#diff', (d) => d.textContent);
   assert.ok(diffText.includes('<script>alert(1)</script>'), `the markup is shown as text: ${diffText}`);
 
+  // Awkward input gives a verdict like any other: empty, emoji with right-to-left scripts, and
+  // the longest text the box takes (5,000 characters, truncated to the model's 128 tokens).
+  const awkward = {
+    empty: '',
+    'emoji + RTL': 'a fine film 🎬🍿👍🏽 فيلم رائع סרט נהדר',
+    '5,000 characters': 'a gripping , heartfelt film . '.repeat(200).slice(0, 5000),
+  };
+  for (const [what, text] of Object.entries(awkward)) {
+    await page.fill('#text-a', text);
+    assert.equal((await page.inputValue('#text-a')).length, text.length, `${what}: the box holds the text`);
+    key = await nextResult(page, key);
+    const v = await verdicts(page);
+    log(backend, `${what}: BERT ${v['bert-clean'].map((x) => x.toFixed(3))}, IM ${v['im-clean'].map((x) => x.toFixed(3))}`);
+  }
+
   await page.fill('#text-a', sentence);
   await page.click('button[data-perturb="typo"]');
   key = await nextResult(page, key);
