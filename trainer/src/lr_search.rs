@@ -126,12 +126,9 @@ pub fn markdown(search: &Search) -> String {
         "| lr | best epoch | val loss | val accuracy | majority label | top prediction | |\n|---|---|---|---|---|---|---|\n",
     );
     for t in &search.trials {
-        let note = match (&t.near_chance, t.lr == search.chosen_lr) {
-            (Some(why), _) => format!("did not learn: {why}"),
-            (None, true) => "chosen".to_string(),
-            (None, false) => String::new(),
-        };
-        let note = if t.lr == search.chosen_lr && t.near_chance.is_some() { format!("chosen; {note}") } else { note };
+        let chosen = (t.lr == search.chosen_lr).then_some("chosen".to_string());
+        let chance = t.near_chance.as_ref().map(|why| format!("did not learn: {why}"));
+        let note = [chosen, chance].into_iter().flatten().collect::<Vec<_>>().join("; ");
         s.push_str(&format!(
             "| {:e} | {} | {:.4} | {:.1}% | {} | {} | {} |\n",
             t.lr,
