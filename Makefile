@@ -7,8 +7,17 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 MODEL   := models/all-minilm-l6-v2
 CARGO   ?= cargo
-# Pinned so that the committed reference values stay reproducible.
-PY_PKGS := torch==2.15.0 transformers==5.24.0 safetensors==0.8.0 numpy
+# Pinned so that the committed reference values stay reproducible. torch goes in with --no-deps
+# and its dependencies are listed here without triton (1 GB, only torch.compile uses it): the
+# checks run eager on the CPU, and CI machines can be short of disk. PyPI's Linux torch still
+# needs its CUDA libraries to import, so those stay.
+TORCH   := torch==2.15.0
+PY_PKGS := transformers==5.24.0 safetensors==0.8.0 numpy \
+	filelock fsspec jinja2 networkx "setuptools>=77.0.3" "sympy>=1.13.3" "typing-extensions>=4.13.0" \
+	"cuda-toolkit[cublas,cudart,cufft,cufile,cupti,cusolver,cusparse,nvjitlink,nvrtc,nvtx]==13.2.2" \
+	"cuda-bindings>=13.0.3,<14" nvidia-cudnn-cu13==9.26.0.51 nvidia-cusparselt-cu13==0.8.1 \
+	nvidia-nccl-cu13==2.30.7 nvidia-nvshmem-cu13==3.7.2
+PIP     := $(PY) -m pip install --disable-pip-version-check --no-cache-dir -q
 
 .PHONY: run test model venv rust-test wasm-check python-check references bench
 
@@ -49,7 +58,8 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed:
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q $(PY_PKGS)
+	$(PIP) $(PY_PKGS)
+	$(PIP) --no-deps $(TORCH)
 	touch $@
 
 ## Regenerate the committed reference values (tests/fixtures) from PyTorch + transformers.

@@ -39,6 +39,7 @@ macro_rules! with_backend {
             #[cfg(feature = "cuda")]
             $crate::backend::BackendKind::Cuda => {
                 type $B = $crate::backend::Cuda;
+                $crate::backend::probe_cuda()?;
                 let $device = burn::backend::cuda::CudaDevice::default();
                 $body
             }
@@ -49,4 +50,49 @@ macro_rules! with_backend {
             ),
         }
     }};
+}
+
+/// Checks that the NVIDIA driver loads and sees at least one GPU, so that `--backend cuda` on a
+/// machine without one is an error message, not a panic inside burn's device thread (cudarc
+/// panics when it cannot load libcuda).
+#[cfg(feature = "cuda")]
+pub fn probe_cuda() -> anyhow::Result<()> {
+    use anyhow::{bail, Context};
+    type CuInit = unsafe extern "C" fn(flags: u32) -> i32;
+    type CuDeviceGetCount = unsafe extern "C" fn(count: *mut i32) -> i32;
+
+    // SAFETY: loading the driver library runs its initialisers, which is what cudarc would do
+    // next anyway; the two symbols have these C signatures in every CUDA driver API version.
+    unsafe {
+        let names: &[&str] = if cfg!(windows) {
+            &["nvcuda.dll"]
+        } else {
+            &["libcuda.so.1", "libcuda.so"]
+        };
+        // Report why the first (canonical) name failed, not the fallback's error.
+        let mut lib = libloading::Library::new(names[0]);
+        for name in &names[1..] {
+            if lib.is_err() {
+                lib = libloading::Library::new(*name).or(lib);
+            }
+        }
+        let lib =
+            lib.context("--backend cuda: the NVIDIA driver library (libcuda) is not installed")?;
+        let init: libloading::Symbol<CuInit> = lib
+            .get(b"cuInit\0")
+            .context("--backend cuda: libcuda has no cuInit")?;
+        let status = init(0);
+        if status != 0 {
+            bail!("--backend cuda: cuInit failed with CUresult {status} (no usable NVIDIA GPU?)");
+        }
+        let count_fn: libloading::Symbol<CuDeviceGetCount> = lib
+            .get(b"cuDeviceGetCount\0")
+            .context("--backend cuda: libcuda has no cuDeviceGetCount")?;
+        let mut count = 0;
+        let status = count_fn(&mut count);
+        if status != 0 || count == 0 {
+            bail!("--backend cuda: the NVIDIA driver reports no GPU (CUresult {status})");
+        }
+    }
+    Ok(())
 }
