@@ -120,6 +120,7 @@ site:
 e2e-models: target/e2e/site/index.json
 
 target/e2e/site/index.json: model
+	rm -rf target/e2e/run  # a throwaway model: an interrupted earlier attempt must not block this one
 	$(CARGO) run -q -p trainer -- finetune --task sst2 --model $(MODEL) --data-dir $(DATA) \
 		--train-samples 400 --val-samples 100 --max-steps 40 --seed 0 --out target/e2e/run
 	$(CARGO) run -q -p trainer -- export --web --model target/e2e/run/best \

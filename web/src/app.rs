@@ -159,6 +159,8 @@ struct Ctx {
     perturbed: RwSignal<String>,
     perturbation: RwSignal<String>,
     last_op: RwSignal<Option<(Op, u64)>>,
+    /// No perturbation picked yet: the perturbed box is a copy of the clean text and follows it.
+    perturbed_is_copy: RwSignal<bool>,
     seed: RwSignal<u64>,
     t: RwSignal<usize>,
     gamma: RwSignal<f64>,
@@ -229,6 +231,7 @@ fn apply(ctx: &Ctx, op: Op, seed: u64) {
         Some(p) => {
             let what = if p.edits.is_empty() { "nothing to change" } else { op.level() };
             ctx.perturbation.set(format!("{} ({what}, seed {seed})", op.label()));
+            ctx.perturbed_is_copy.set(false);
             ctx.perturbed.set(p.text);
         }
         None => ctx.perturbation.set("synonyms need the model's embeddings: still loading".into()),
@@ -356,6 +359,7 @@ pub fn App() -> impl IntoView {
         perturbed: RwSignal::new("a gripping, heartfelt flim with a superb cast .".into()),
         perturbation: RwSignal::new("typo (word)".into()),
         last_op: RwSignal::new(None),
+        perturbed_is_copy: RwSignal::new(false),
         seed: RwSignal::new(1),
         t: RwSignal::new(5),
         gamma: RwSignal::new(0.1),
@@ -389,11 +393,13 @@ pub fn App() -> impl IntoView {
         }
     });
 
-    // Clean text edited: re-apply the last perturbation to it (same seed), so both stay in step.
+    // Clean text edited: re-apply the last perturbation to it (same seed), so both stay in step;
+    // with none picked yet, the perturbed box copies the clean text (never a stale sentence).
     Effect::new(move |_| {
         let _ = (ctx.text_a.get(), ctx.text_b.get(), ctx.task.get());
         match ctx.last_op.get_untracked() {
             Some((op, seed)) => apply(&ctx, op, seed),
+            None if ctx.perturbed_is_copy.get_untracked() => ctx.perturbed.set(ctx.source()),
             None => {}
         }
     });
@@ -489,6 +495,7 @@ pub fn App() -> impl IntoView {
                         prop:value=move || ctx.perturbed.get()
                         on:input=move |ev| {
                             ctx.last_op.set(None);
+                            ctx.perturbed_is_copy.set(false);
                             ctx.perturbation.set("edited by hand".into());
                             ctx.perturbed.set(event_target_value(&ev));
                         }></textarea>
@@ -546,6 +553,7 @@ fn load_preset(ctx: Ctx, p: &Preset) {
     match &p.adversarial {
         Some(adv) => {
             let text = if ctx.is_pair() { adv.text_b.clone().unwrap_or_default() } else { adv.text_a.clone() };
+            ctx.perturbed_is_copy.set(false);
             ctx.perturbed.set(text);
             ctx.perturbation.set(p.title.split(':').next().unwrap_or("AdvGLUE").to_string());
             if ctx.is_pair() && adv.text_a != p.clean.text_a {
@@ -554,6 +562,7 @@ fn load_preset(ctx: Ctx, p: &Preset) {
             }
         }
         None => {
+            ctx.perturbed_is_copy.set(true);
             ctx.perturbed.set(ctx.source());
             ctx.perturbation.set("none yet: pick a perturbation".into());
         }
