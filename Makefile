@@ -7,6 +7,16 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 MODEL   := models/all-minilm-l6-v2
 CARGO   ?= cargo
+# The benchmarks and one test pass run the CPU backend on OpenBLAS (`--features openblas`,
+# Debian: libopenblas-dev). Debian 12's OpenBLAS does not know CPUs newer than it and falls back
+# to SSE kernels (shared/src/blas.rs), so name the kernel set here unless the caller did.
+ifeq ($(origin OPENBLAS_CORETYPE),undefined)
+OPENBLAS_CORETYPE := $(shell grep -qw avx512bw /proc/cpuinfo 2>/dev/null && echo SkylakeX \
+	|| { grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo Haswell; })
+endif
+ifneq ($(OPENBLAS_CORETYPE),)
+export OPENBLAS_CORETYPE
+endif
 # Pinned so that the committed reference values stay reproducible. torch goes in with --no-deps
 # and its dependencies are listed here without triton (1 GB, only torch.compile uses it): the
 # checks run eager on the CPU, and CI machines can be short of disk. PyPI's Linux torch still
@@ -33,6 +43,8 @@ test: model venv rust-test browser-test e2e python-check
 
 rust-test: model
 	$(CARGO) test --workspace --no-fail-fast
+	$(CARGO) test -p shared --features openblas --lib blas
+	$(CARGO) test -p imbert-tests --features openblas --test hf_parity --test im_gradient_f32
 
 ## The model code also builds for the browser.
 wasm-check:
@@ -68,8 +80,8 @@ references: model venv
 
 ## Forward pass and training step against PyTorch eager on the same machine, in the same run.
 bench: model venv
-	IMBERT_PYTHON=$(abspath $(PY)) $(CARGO) bench -p shared --bench forward
-	IMBERT_PYTHON=$(abspath $(PY)) $(CARGO) bench -p trainer --bench train_step
+	IMBERT_PYTHON=$(abspath $(PY)) $(CARGO) bench -p shared --features openblas --bench forward
+	IMBERT_PYTHON=$(abspath $(PY)) $(CARGO) bench -p trainer --features openblas --bench train_step
 
 ## The wasm build computes what the native build computes (tests/fixtures/web_reference.json):
 ## token ids, logits on burn-ndarray and on WebGPU (Chromium's SwiftShader), perturbations. Runs

@@ -92,7 +92,7 @@ fn report(dir: &std::path::Path) {
         serde_json::from_slice(&out.stdout).ok()
     });
     let bert = ours.iter().find(|(n, _)| *n == "bert").map(|(_, t)| *t);
-    println!("\nMiniLM-L6 forward, batch {BATCH}, seq {SEQ}, CPU ({} threads)", rayon_threads());
+    println!("\nMiniLM-L6 forward, batch {BATCH}, seq {SEQ}, CPU ({} threads), GEMM: {}", rayon_threads(), shared::blas::cpu_gemm());
     println!("{:<8} {:>10} {:>12} {:>10} {:>14}", "config", "ours (s)", "PyTorch (s)", "ours/PT", "ours/our BERT");
     for (name, t) in &ours {
         let pt = torch.as_ref().and_then(|v| v[*name].as_f64());

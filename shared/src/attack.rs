@@ -421,10 +421,9 @@ fn render(text: &str, spans: &[WordSpan], words: &[String]) -> String {
 }
 
 fn softmax(logits: &[f32]) -> Vec<f32> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let exp: Vec<f32> = logits.iter().map(|x| (x - max).exp()).collect();
-    let sum: f32 = exp.iter().sum();
-    exp.into_iter().map(|e| e / sum).collect()
+    let mut p = logits.to_vec();
+    crate::kernels::softmax_row(&mut p);
+    p
 }
 
 /// Index of the largest value (the first of equals).

@@ -10,12 +10,12 @@
 
 use burn::module::Module;
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
-use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::module::linear;
 use burn::tensor::{Distribution, Tensor};
 
 use crate::config::BertConfig;
+use crate::kernels::{layer_norm, normal_cdf, softmax_last};
 
 /// Additive attention bias of padded keys: large enough that softmax gives them exactly 0.
 pub const MASKED_SCORE: f32 = -1.0e9;
@@ -180,7 +180,7 @@ impl<B: Backend> BertLayer<B> {
         let scale = (head_dim as f64).powf(-0.5);
         let scores = q.clone().matmul(k.clone().swap_dims(2, 3)).mul_scalar(scale)
             + ctx.attention_bias.clone(); // [b, nh, s, s]
-        let probs = softmax(scores, 3);
+        let probs = softmax_last(scores);
         let probs_keep = dropout_mask(&probs, ctx.attention_dropout);
         let probs_dropped = apply_keep(probs.clone(), &probs_keep);
         let context = probs_dropped.matmul(v.clone()).swap_dims(1, 2).reshape([batch, seq, hidden]);
@@ -272,7 +272,7 @@ fn linear_input_backward<B: Backend>(lin: &Linear<B>, dout: Tensor<B, 3>) -> Ten
 /// Exact GELU, `x * Phi(x)`, built from `erf` so that autodiff differentiates the true function.
 /// Returns the output and `Phi(x)`, which the backward reuses.
 pub fn gelu_forward<B: Backend, const D: usize>(x: Tensor<B, D>) -> (Tensor<B, D>, Tensor<B, D>) {
-    let cdf = x.clone().mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5);
+    let cdf = normal_cdf(x.clone());
     (x * cdf.clone(), cdf)
 }
 
@@ -308,14 +308,18 @@ pub fn layer_norm_forward<B: Backend>(
     ln: &LayerNorm<B>,
     eps: f64,
 ) -> (Tensor<B, 3>, LayerNormCache<B>) {
+    let (gamma, beta) = (ln.gamma.val(), ln.beta.as_ref().map(|b| b.val()));
+    if let Some((y, x_hat, rstd)) = layer_norm(&x, &gamma, beta.as_ref(), eps) {
+        return (y, LayerNormCache { x_hat, rstd });
+    }
     let centered = x.clone() - x.mean_dim(2);
     let var = (centered.clone() * centered.clone()).mean_dim(2);
     let rstd = var.add_scalar(eps).sqrt().recip();
     let x_hat = centered * rstd.clone();
     let hidden = x_hat.dims()[2];
-    let mut y = x_hat.clone() * ln.gamma.val().reshape([1, 1, hidden]);
-    if let Some(beta) = &ln.beta {
-        y = y + beta.val().reshape([1, 1, hidden]);
+    let mut y = x_hat.clone() * gamma.reshape([1, 1, hidden]);
+    if let Some(beta) = beta {
+        y = y + beta.reshape([1, 1, hidden]);
     }
     (y, LayerNormCache { x_hat, rstd })
 }

@@ -3,9 +3,11 @@
 //!
 //! - [`implicit_euler`]: the connections (BERT, EX-BERT, IM-BERT) and Algorithm 1.
 //! - [`layer`]: one BERT layer `phi_t` and its hand-written vector-Jacobian product.
+//! - [`kernels`]: fused GELU and softmax kernels for the CPU backend.
 //! - [`model`]: embeddings, encoder, pooler and classification head.
 //! - [`checkpoint`]: HF directories in and out; [`tokenizer`]: WordPiece batches.
 //! - [`quantize`], [`bundle`]: int8 weights, model cards and the browser's model bundles.
+//! - [`blas`]: the CPU backend's GEMM (OpenBLAS with feature `openblas`).
 //! - [`flops`]: analytic FLOP counts per example (BERT, EX, IM with its VJPs).
 //! - [`perturb`], [`neighbours`], [`attack`]: text perturbations and the TextFooler attack.
 //!
@@ -13,6 +15,7 @@
 //! browser demo share one definition.
 
 pub mod attack;
+pub mod blas;
 pub mod bundle;
 pub mod checkpoint;
 pub mod config;
@@ -20,6 +23,7 @@ pub mod data;
 pub mod error;
 pub mod flops;
 pub mod implicit_euler;
+pub mod kernels;
 pub mod layer;
 pub mod model;
 pub mod neighbours;

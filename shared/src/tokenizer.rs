@@ -212,7 +212,10 @@ mod tests {
     use super::*;
 
     fn tiny_vocab() -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("imbert-vocab-{}", std::process::id()));
+        // One directory per call: tests run in parallel and must not read each other's half-written file.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("imbert-vocab-{}-{call}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nsat\n##s\non\nmat\n.\n";
         std::fs::write(dir.join("vocab.txt"), vocab).unwrap();

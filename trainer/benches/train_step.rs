@@ -71,7 +71,10 @@ fn main() {
         }
         serde_json::from_slice(&out.stdout).ok()
     });
-    println!("MiniLM-L6 training step (forward + backward + AdamW), batch {BATCH}, seq {SEQ}, CPU");
+    println!(
+        "MiniLM-L6 training step (forward + backward + AdamW), batch {BATCH}, seq {SEQ}, CPU, GEMM: {}",
+        shared::blas::cpu_gemm()
+    );
     println!("{:<8} {:>12} {:>12} {:>14} {:>10}", "config", "ours (s)", "ours ex/s", "PyTorch (s)", "ours/PT");
     for (name, secs) in &ours {
         let pt = torch.as_ref().and_then(|v| v[*name].as_f64());

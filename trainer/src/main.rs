@@ -44,6 +44,10 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
+    #[cfg(feature = "openblas")]
+    if let Some(advice) = shared::blas::advice() {
+        tracing::warn!("{advice}");
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
