@@ -40,11 +40,32 @@ pub fn softmax_last<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D>
     }
 }
 
-/// LayerNorm over the last dimension, as [`crate::layer::layer_norm_forward`] computes it:
-/// `(y, x_hat, rstd)` with `x_hat = (x - mean) * rstd`, `rstd = 1 / sqrt(var + eps)` (biased
-/// variance, shape `[.., 1]`) and `y = gamma * x_hat + beta`. `None` off the CPU f32 backend.
-#[allow(clippy::type_complexity)]
+/// LayerNorm over the last dimension: `(y, x_hat, rstd)` with `x_hat = (x - mean) * rstd`,
+/// `rstd = 1 / sqrt(var + eps)` (biased variance, as PyTorch; shape `[.., 1]`) and
+/// `y = gamma * x_hat + beta`. `x_hat` and `rstd` are what the VJP needs.
 pub fn layer_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    beta: Option<Tensor<B, 1>>,
+    eps: f64,
+) -> (Tensor<B, D>, Tensor<B, D>, Tensor<B, D>) {
+    if let Some(fused) = layer_norm_cpu_f32(&x, &gamma, beta.as_ref(), eps) {
+        return fused;
+    }
+    let centered = x.clone() - x.mean_dim(D - 1);
+    let var = (centered.clone() * centered.clone()).mean_dim(D - 1);
+    let rstd = var.add_scalar(eps).sqrt().recip();
+    let x_hat = centered * rstd.clone();
+    let mut y = x_hat.clone() * gamma.unsqueeze();
+    if let Some(beta) = beta {
+        y = y + beta.unsqueeze();
+    }
+    (y, x_hat, rstd)
+}
+
+/// [`layer_norm`] in one pass per row; `None` off burn-ndarray with f32 data.
+#[allow(clippy::type_complexity)]
+fn layer_norm_cpu_f32<B: Backend, const D: usize>(
     x: &Tensor<B, D>,
     gamma: &Tensor<B, 1>,
     beta: Option<&Tensor<B, 1>>,
@@ -256,7 +277,7 @@ mod tests {
         let (gamma, beta) = (noise(width, 1.0), noise(width, 0.5));
         let x = f32_tensor::<Cpu, 3>(xs.clone(), [2, 7, width]);
         let (g, b) = (f32_tensor::<Cpu, 1>(gamma.clone(), [width]), f32_tensor::<Cpu, 1>(beta.clone(), [width]));
-        let (y, x_hat, rstd) = layer_norm(&x, &g, Some(&b), eps).expect("CPU f32 backend");
+        let (y, x_hat, rstd) = layer_norm_cpu_f32(&x, &g, Some(&b), eps).expect("CPU f32 backend");
         assert_eq!(rstd.dims(), [2, 7, 1]);
         let (y, x_hat, rstd) = (values(y), values(x_hat), values(rstd));
         for r in 0..rows {

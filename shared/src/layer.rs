@@ -308,19 +308,7 @@ pub fn layer_norm_forward<B: Backend>(
     ln: &LayerNorm<B>,
     eps: f64,
 ) -> (Tensor<B, 3>, LayerNormCache<B>) {
-    let (gamma, beta) = (ln.gamma.val(), ln.beta.as_ref().map(|b| b.val()));
-    if let Some((y, x_hat, rstd)) = layer_norm(&x, &gamma, beta.as_ref(), eps) {
-        return (y, LayerNormCache { x_hat, rstd });
-    }
-    let centered = x.clone() - x.mean_dim(2);
-    let var = (centered.clone() * centered.clone()).mean_dim(2);
-    let rstd = var.add_scalar(eps).sqrt().recip();
-    let x_hat = centered * rstd.clone();
-    let hidden = x_hat.dims()[2];
-    let mut y = x_hat.clone() * gamma.reshape([1, 1, hidden]);
-    if let Some(beta) = beta {
-        y = y + beta.reshape([1, 1, hidden]);
-    }
+    let (y, x_hat, rstd) = layer_norm(x, ln.gamma.val(), ln.beta.as_ref().map(|b| b.val()), eps);
     (y, LayerNormCache { x_hat, rstd })
 }
 
