@@ -81,6 +81,7 @@ references: model venv
 ## Forward pass and training step against PyTorch eager on the same machine, in the same run.
 bench: model venv
 	IMBERT_PYTHON=$(abspath $(PY)) $(CARGO) bench -p shared --features openblas --bench forward
+	IMBERT_PYTHON=$(abspath $(PY)) $(CARGO) bench -p shared --features openblas --bench gemm
 	IMBERT_PYTHON=$(abspath $(PY)) $(CARGO) bench -p trainer --features openblas --bench train_step
 
 ## The wasm build computes what the native build computes (tests/fixtures/web_reference.json):

@@ -15,6 +15,8 @@ use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor, TensorData};
 use std::hint::black_box;
 
+mod peer;
+
 use criterion::Criterion;
 use shared::checkpoint::load_classifier;
 use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
@@ -68,29 +70,14 @@ fn main() {
 
 /// Reads criterion's estimates, runs the PyTorch script, prints ratios.
 fn report(dir: &std::path::Path) {
-    let crit = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/criterion/minilm_forward_b16_s128");
     let ours: Vec<(&str, f64)> = CONFIGS
         .iter()
-        .filter_map(|(name, _)| {
-            let text = std::fs::read_to_string(crit.join(name).join("new/estimates.json")).ok()?;
-            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-            Some((*name, v["median"]["point_estimate"].as_f64()? / 1e9))
-        })
+        .filter_map(|(name, _)| Some((*name, peer::criterion_median("minilm_forward_b16_s128", name)?)))
         .collect();
-    let torch: Option<serde_json::Value> = std::env::var("IMBERT_PYTHON").ok().and_then(|py| {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/forward_torch.py");
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let out = std::process::Command::new(py)
-            .arg(script)
-            .args([dir.to_string_lossy().as_ref(), &BATCH.to_string(), &SEQ.to_string(), &threads.to_string(), "5"])
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!("PyTorch benchmark failed: {}", String::from_utf8_lossy(&out.stderr));
-            return None;
-        }
-        serde_json::from_slice(&out.stdout).ok()
-    });
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/forward_torch.py");
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let args = [dir.to_string_lossy().into_owned(), BATCH.to_string(), SEQ.to_string(), threads.to_string(), "5".into()];
+    let torch = peer::pytorch_timings(&script, &args);
     let bert = ours.iter().find(|(n, _)| *n == "bert").map(|(_, t)| *t);
     println!("\nMiniLM-L6 forward, batch {BATCH}, seq {SEQ}, CPU ({} threads), GEMM: {}", rayon_threads(), shared::blas::cpu_gemm());
     println!("{:<8} {:>10} {:>12} {:>10} {:>14}", "config", "ours (s)", "PyTorch (s)", "ours/PT", "ours/our BERT");

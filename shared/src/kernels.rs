@@ -1,12 +1,12 @@
-//! Fused elementwise kernels for the plain CPU backend, where burn's composed ops are slow.
+//! Kernels for the plain CPU backend, where burn's composed ops are slow.
 //!
-//! burn-ndarray runs each elementwise op as its own pass over memory, on one thread, and its
-//! `erf` goes element by element through f64 `libm`: in a MiniLM forward, the exact GELU's `erf`
-//! alone took 13% of the time, and softmax's and LayerNorm's many passes much of the rest outside
-//! the GEMMs. When the backend is burn-ndarray with f32 data (inference: evaluation, attacks,
-//! the demo's CPU fallback), the functions here run one pass, split over threads. On every other backend, f64
-//! and autodiff included, they compose burn's own ops, so training and the gradient checks see
-//! exactly the code they always did.
+//! burn-ndarray runs each elementwise op as its own pass over memory, on one thread; its `erf`
+//! goes element by element through f64 `libm` (13% of a MiniLM forward for GELU alone); and its
+//! reshapes copy even contiguous arrays, so every `matmul` copied its inputs and output. When
+//! the backend is burn-ndarray with f32 data (inference: evaluation, attacks, IM's inner loop,
+//! the demo's CPU fallback), the functions here run one pass split over threads, and GEMMs on
+//! views. On every other backend, f64 and autodiff included, they compose burn's own ops, so
+//! training and the gradient checks see exactly the code they always did.
 //!
 //! The backend is recognised at run time (`Any` on the tensor primitive), which keeps the model
 //! generic over `B: Backend` instead of adding a kernel trait to every bound in the code base.
@@ -26,17 +26,198 @@ pub fn normal_cdf<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     }
 }
 
-/// Softmax over the last dimension.
-pub fn softmax_last<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    let kernel = |shape: &[usize], buf: &mut [f32]| {
-        let row = shape[shape.len() - 1];
-        if row > 0 {
-            for_blocks(buf, row * (1usize << 14).div_ceil(row), |b| b.chunks_mut(row).for_each(softmax_row));
+/// Exact GELU, `x Phi(x)`, and `Phi(x)`, which its backward reuses. Built from `erf` (not burn's
+/// `gelu`, whose backward differentiates the tanh approximation), so autodiff differentiates the
+/// true function.
+pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> (Tensor<B, D>, Tensor<B, D>) {
+    let cdf = normal_cdf(x.clone());
+    let kernel = |_: usize, y: &mut [f32], [c]: [&[f32]; 1]| y.iter_mut().zip(c).for_each(|(y, c)| *y *= c);
+    let y = rows_in_place(x, [&cdf], kernel).unwrap_or_else(|x| x * cdf.clone());
+    (y, cdf)
+}
+
+/// `x W + b` over the last dimension of `x` (`weight` is `[in, out]`, as burn's `Linear`), run
+/// as one `[rows, in]` GEMM over all leading dimensions: a single large product instead of one
+/// per batch item that each re-pack `W` (also in autodiff's weight gradient).
+///
+/// On burn-ndarray with f32 data this is one GEMM on views of the inputs, with the bias as the
+/// GEMM's initial `C` (`beta = 1`): burn-ndarray's reshapes copy even contiguous arrays, so its
+/// `linear` on `[batch * seq, in]` copied the input, the weight and the output twice over.
+/// A transposed weight (a VJP's `W^T`) is passed to the GEMM as a transpose, not copied.
+pub fn linear<B: Backend, const D: usize>(x: Tensor<B, D>, weight: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Tensor<B, D> {
+    if let Some(y) = linear_cpu_f32(&x, &weight, bias.as_ref()) {
+        return y;
+    }
+    let dims = x.dims();
+    let features = dims[D - 1];
+    let y = burn::tensor::module::linear(x.reshape([dims[..D - 1].iter().product(), features]), weight, bias);
+    let mut out = dims;
+    out[D - 1] = y.dims()[1];
+    y.reshape(out)
+}
+
+fn linear_cpu_f32<B: Backend, const D: usize>(
+    x: &Tensor<B, D>,
+    weight: &Tensor<B, 2>,
+    bias: Option<&Tensor<B, 1>>,
+) -> Option<Tensor<B, D>> {
+    use ndarray::{linalg::general_mat_mul, Array2, Ix2};
+    let x = cpu_f32(x.clone()).ok()?;
+    let weight = cpu_f32_any_layout(weight.clone()).ok()?;
+    let bias = match bias {
+        Some(b) => Some(cpu_f32(b.clone()).ok()?),
+        None => None,
+    };
+    let weight = weight.view().into_dimensionality::<Ix2>().ok()?;
+    let (features, out) = weight.dim();
+    let mut shape = x.shape().to_vec();
+    if shape[D - 1] != features || bias.as_ref().is_some_and(|b| b.len() != out) {
+        return None; // burn's own op reports the mismatch
+    }
+    let rows = x.len() / features.max(1);
+    let x = x.view().into_shape_with_order((rows, features)).ok()?;
+    let (mut y, beta) = match &bias {
+        Some(b) => {
+            let b = b.as_slice()?;
+            let init: Vec<f32> = (0..rows).flat_map(|_| b.iter().copied()).collect();
+            (Array2::from_shape_vec((rows, out), init).ok()?, 1.0)
+        }
+        None => (Array2::zeros((rows, out)), 0.0),
+    };
+    general_mat_mul(1.0, &x, &weight, beta, &mut y);
+    shape[D - 1] = out;
+    Some(from_cpu_f32(y.into_shape_with_order(shape).ok()?.into_shared()))
+}
+
+/// Batched matrix product `[b, h, m, k] x [b, h, k, n]` (attention's products; no broadcasting).
+///
+/// On burn-ndarray with f32 data, each `(b, h)` product runs as a GEMM on views of the inputs,
+/// so transposed operands (`k^T`, `p^T`) are not copied, and the result is written in place:
+/// burn-ndarray's own batched `matmul` copies both inputs and the output through reshapes.
+pub fn matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> {
+    match matmul_cpu_f32(&a, &b) {
+        Some(c) => c,
+        None => a.matmul(b),
+    }
+}
+
+fn matmul_cpu_f32<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+    use ndarray::{linalg::general_mat_mul, s, Array3, ArrayViewMut2, Ix4};
+    let a = cpu_f32_any_layout(a.clone()).ok()?;
+    let b = cpu_f32_any_layout(b.clone()).ok()?;
+    let (a, b) = (a.view().into_dimensionality::<Ix4>().ok()?, b.view().into_dimensionality::<Ix4>().ok()?);
+    let ([d0, d1, m, k], [e0, e1, k2, n]) = (a.dim().into(), b.dim().into());
+    if (d0, d1, k) != (e0, e1, k2) {
+        return None; // burn's own op broadcasts or reports the mismatch
+    }
+    let mut c = Array3::<f32>::zeros((d0 * d1, m, n));
+    let blocks: Vec<(usize, ArrayViewMut2<f32>)> = c.outer_iter_mut().enumerate().collect();
+    let product = |(index, mut out): (usize, ArrayViewMut2<f32>)| {
+        let (i, j) = (index / d1, index % d1);
+        general_mat_mul(1.0, &a.slice(s![i, j, .., ..]), &b.slice(s![i, j, .., ..]), 0.0, &mut out);
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        blocks.into_par_iter().for_each(product);
+    }
+    #[cfg(target_arch = "wasm32")]
+    blocks.into_iter().for_each(product);
+    Some(from_cpu_f32(c.into_shape_with_order((d0, d1, m, n)).ok()?.into_dyn().into_shared()))
+}
+
+/// Attention probabilities: softmax over keys of `scores * scale + bias`, with `scores`
+/// `[batch, heads, queries, keys]` and the padding bias `[batch, 1, 1, keys]`. Padded keys
+/// (bias -1e9) come out as exactly 0.
+pub fn attention_probs<B: Backend>(scores: Tensor<B, 4>, scale: f64, bias: &Tensor<B, 4>) -> Tensor<B, 4> {
+    let composed = |scores: Tensor<B, 4>| softmax(scores.mul_scalar(scale) + bias.clone(), 3);
+    let [batch, _, _, keys] = scores.dims();
+    let Some(bias_f32) = cpu_f32(bias.clone()).ok().filter(|b| b.len() == batch * keys) else {
+        return composed(scores);
+    };
+    let bias_f32 = bias_f32.as_slice().expect("standard layout");
+    let rows_per_item = scores.shape().num_elements() / (batch * keys).max(1);
+    let scale_f32 = scale as f32;
+    let kernel = |first_row: usize, out: &mut [f32], _: [&[f32]; 0]| {
+        for (i, row) in out.chunks_mut(keys).enumerate() {
+            let item_bias = &bias_f32[(first_row + i) / rows_per_item * keys..][..keys];
+            row.iter_mut().zip(item_bias).for_each(|(v, b)| *v = *v * scale_f32 + b);
+            softmax_row(row);
         }
     };
-    match on_cpu_f32(x, kernel) {
-        Ok(y) => y,
-        Err(x) => softmax(x, D - 1),
+    rows_in_place(scores, [], kernel).unwrap_or_else(composed)
+}
+
+/// Softmax input-gradient, scaled: `scale * p * (dp - sum(dp * p))` along the last dimension
+/// (`scale` is the attention's `1 / sqrt(head_dim)`, folded in here instead of a pass of its own).
+pub fn softmax_backward<B: Backend, const D: usize>(dprobs: Tensor<B, D>, probs: &Tensor<B, D>, scale: f64) -> Tensor<B, D> {
+    let width = probs.dims()[D - 1];
+    let scale_f32 = scale as f32;
+    let kernel = |_: usize, d: &mut [f32], [p]: [&[f32]; 1]| {
+        for (d, p) in d.chunks_mut(width).zip(p.chunks(width)) {
+            let dot: f32 = d.iter().zip(p).map(|(a, b)| a * b).sum();
+            d.iter_mut().zip(p).for_each(|(d, p)| *d = scale_f32 * p * (*d - dot));
+        }
+    };
+    rows_in_place(dprobs, [probs], kernel).unwrap_or_else(|dprobs| {
+        let dot = (dprobs.clone() * probs.clone()).sum_dim(D - 1);
+        (probs.clone() * (dprobs - dot)).mul_scalar(scale)
+    })
+}
+
+/// Input-gradient of the exact GELU `x Phi(x)`: `dout * (Phi(x) + x phi(x))`, with `Phi(x)` kept
+/// from the forward.
+pub fn gelu_backward<B: Backend, const D: usize>(dout: Tensor<B, D>, x: &Tensor<B, D>, cdf: &Tensor<B, D>) -> Tensor<B, D> {
+    let inv_sqrt_2pi = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
+    let inv_sqrt_2pi_f32 = inv_sqrt_2pi as f32;
+    let kernel = |_: usize, d: &mut [f32], [x, c]: [&[f32]; 2]| {
+        for ((d, &x), &c) in d.iter_mut().zip(x).zip(c) {
+            *d *= c + x * (-0.5 * x * x).exp() * inv_sqrt_2pi_f32;
+        }
+    };
+    rows_in_place(dout, [x, cdf], kernel).unwrap_or_else(|dout| {
+        // x * x, not powi: the CPU backend computes powers with a scalar powf per element.
+        let pdf = (x.clone() * x.clone()).mul_scalar(-0.5).exp().mul_scalar(inv_sqrt_2pi);
+        dout * (cdf.clone() + x.clone() * pdf)
+    })
+}
+
+/// Input-gradient of [`layer_norm`] from its cache:
+/// `dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))` with `g = dout * gamma`.
+pub fn layer_norm_backward<B: Backend, const D: usize>(
+    dout: Tensor<B, D>,
+    x_hat: &Tensor<B, D>,
+    rstd: &Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+) -> Tensor<B, D> {
+    let width = x_hat.dims()[D - 1];
+    let composed = |dout: Tensor<B, D>, gamma: Tensor<B, 1>| {
+        let g = dout * gamma.unsqueeze();
+        let mean_g = g.clone().mean_dim(D - 1);
+        let mean_gx = (g.clone() * x_hat.clone()).mean_dim(D - 1);
+        (g - mean_g - x_hat.clone() * mean_gx) * rstd.clone()
+    };
+    let gamma_f32 = match cpu_f32(gamma) {
+        Ok(g) => g,
+        Err(gamma) => return composed(dout, gamma),
+    };
+    let gamma_s = gamma_f32.as_slice().expect("standard layout");
+    let inv_width = 1.0 / width as f32;
+    let kernel = |_: usize, d: &mut [f32], [x_hat, rstd]: [&[f32]; 2]| {
+        for ((d, x_hat), &rstd) in d.chunks_mut(width).zip(x_hat.chunks(width)).zip(rstd) {
+            let (mut sum_g, mut sum_gx) = (0.0f32, 0.0f32);
+            for ((d, &gamma), &h) in d.iter_mut().zip(gamma_s).zip(x_hat) {
+                *d *= gamma;
+                sum_g += *d;
+                sum_gx += *d * h;
+            }
+            let (mean_g, mean_gx) = (sum_g * inv_width, sum_gx * inv_width);
+            d.iter_mut().zip(x_hat).for_each(|(d, &h)| *d = (*d - mean_g - h * mean_gx) * rstd);
+        }
+    };
+    match rows_in_place(dout, [x_hat, rstd], kernel) {
+        Ok(dx) => dx,
+        Err(dout) => composed(dout, from_cpu_f32(gamma_f32)),
     }
 }
 
@@ -161,9 +342,58 @@ fn on_cpu_f32<B: Backend, const D: usize>(
     Ok(from_cpu_f32(array))
 }
 
+/// Runs `kernel(first_row, rows_of_out, rows_of_inputs)` over blocks of whole rows of `out` (its
+/// last dimension), in parallel, writing in place. Each input has as many rows as `out`, of its
+/// own width (e.g. `[.., 1]` for one value per row). Works when `B` is burn-ndarray holding f32;
+/// otherwise returns `out` untouched as the error.
+fn rows_in_place<B: Backend, const D: usize, const N: usize>(
+    out: Tensor<B, D>,
+    inputs: [&Tensor<B, D>; N],
+    kernel: impl Fn(usize, &mut [f32], [&[f32]; N]) + Send + Sync,
+) -> Result<Tensor<B, D>, Tensor<B, D>> {
+    let mut out = cpu_f32(out)?;
+    let mut arrays = Vec::with_capacity(N);
+    for input in inputs {
+        match cpu_f32(input.clone()) {
+            Ok(a) => arrays.push(a),
+            Err(_) => return Err(from_cpu_f32(out)),
+        }
+    }
+    let width = out.shape().last().copied().unwrap_or(1);
+    let rows = out.len() / width.max(1);
+    if rows == 0 || arrays.iter().any(|a| a.len() % rows != 0) {
+        return Err(from_cpu_f32(out));
+    }
+    let inputs: [&[f32]; N] = std::array::from_fn(|i| arrays[i].as_slice().expect("standard layout"));
+    let block_rows = (1usize << 14).div_ceil(width.max(1));
+    let run = |(block, chunk): (usize, &mut [f32])| {
+        let first = block * block_rows;
+        let n = chunk.len() / width.max(1);
+        kernel(first, chunk, inputs.map(|x| {
+            let w = x.len() / rows;
+            &x[first * w..(first + n) * w]
+        }));
+    };
+    let buf = out.as_slice_mut().expect("standard layout is contiguous");
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        buf.par_chunks_mut(block_rows * width.max(1)).enumerate().for_each(run);
+    }
+    #[cfg(target_arch = "wasm32")]
+    buf.chunks_mut(block_rows * width.max(1)).enumerate().for_each(run);
+    Ok(from_cpu_f32(out))
+}
+
 /// `x`'s f32 array in standard (row-major, contiguous) layout when `B` is burn-ndarray holding
 /// f32; otherwise `x` itself as the error.
 fn cpu_f32<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<SharedArray<f32>, Tensor<B, D>> {
+    let array = cpu_f32_any_layout(x)?;
+    Ok(if array.is_standard_layout() { array } else { array.as_standard_layout().into_owned().into_shared() })
+}
+
+/// [`cpu_f32`] without the copy to standard layout: a transposed view stays one.
+fn cpu_f32_any_layout<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<SharedArray<f32>, Tensor<B, D>> {
     let primitive = match x.into_primitive() {
         TensorPrimitive::Float(p) => p,
         quantized => return Err(Tensor::from_primitive(quantized)),
@@ -175,8 +405,7 @@ fn cpu_f32<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<SharedArray<f3
     let NdArrayTensor::F32(storage) = tensor else {
         return Err(from_any(Box::new(tensor)));
     };
-    let array: SharedArray<f32> = storage.into_owned();
-    Ok(if array.is_standard_layout() { array } else { array.as_standard_layout().into_owned().into_shared() })
+    Ok(storage.into_owned())
 }
 
 /// The inverse of [`cpu_f32`]; only called where `B` was found to be burn-ndarray.
@@ -257,16 +486,132 @@ mod tests {
         assert!(diff < 4e-7, "{diff}");
     }
 
+    /// The fused kernel (f32 CPU) against the composed ops (the same call under autodiff).
+    fn fused_vs_composed<const D: usize>(
+        shapes: &[[usize; D]],
+        scale: f32,
+        f: impl Fn(Vec<Tensor<Cpu, D>>) -> Tensor<Cpu, D>,
+        g: impl Fn(Vec<Tensor<Autodiff<Cpu>, D>>) -> Tensor<Autodiff<Cpu>, D>,
+    ) -> f32 {
+        let data: Vec<Vec<f32>> = shapes.iter().enumerate().map(|(i, s)| {
+            noise(s.iter().product::<usize>() + i, scale)[i..].to_vec()
+        }).collect();
+        let fused = values(f(data.iter().zip(shapes).map(|(v, s)| f32_tensor(v.clone(), *s)).collect()));
+        let composed = values(g(data.iter().zip(shapes).map(|(v, s)| f32_tensor(v.clone(), *s)).collect()));
+        let size = composed.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        max_abs_diff(&fused, &composed) / size
+    }
+
+    /// Padding bias `[2, 1, 1, 7]`: the last two keys of the first item and the last of the second.
+    fn padding_bias<B: Backend>() -> Tensor<B, 4> {
+        let bias: Vec<f32> = (0..14).map(|i| if i == 5 || i == 6 || i == 13 { -1.0e9 } else { 0.0 }).collect();
+        f32_tensor(bias, [2, 1, 1, 7])
+    }
+
     #[test]
-    fn softmax_kernel_matches_burn_with_masked_keys() {
-        let scores = f32_tensor::<Cpu, 4>(noise(2 * 3 * 5 * 7, 4.0), [2, 3, 5, 7]);
-        let bias: Vec<f32> = (0..14).map(|i| if i % 7 >= 5 { -1.0e9 } else { 0.0 }).collect();
-        let scores = scores + f32_tensor::<Cpu, 4>(bias, [2, 1, 1, 7]);
-        let ours = softmax_last(scores.clone());
-        let masked = values(ours.clone().slice([0..2, 0..3, 0..5, 5..7]));
-        assert!(masked.iter().all(|&p| p == 0.0), "padded keys get exactly 0");
-        let diff = max_abs_diff(&values(ours), &values(softmax(scores, 3)));
-        assert!(diff < 1e-6, "{diff}");
+    fn attention_probs_kernel_matches_composed_with_masked_keys() {
+        let shape = [2, 3, 5, 7];
+        let probs = attention_probs(f32_tensor::<Cpu, 4>(noise(210, 4.0), shape), 0.35, &padding_bias());
+        for (item, keys) in [(0..1, 5..7), (1..2, 6..7)] {
+            let masked = values(probs.clone().slice([item, 0..3, 0..5, keys]));
+            assert!(masked.iter().all(|&p| p == 0.0), "padded keys get exactly 0");
+        }
+        let rel = fused_vs_composed(
+            &[shape],
+            4.0,
+            |t| attention_probs(t[0].clone(), 0.35, &padding_bias()),
+            |t| attention_probs(t[0].clone(), 0.35, &padding_bias()),
+        );
+        assert!(rel < 1e-6, "{rel}");
+    }
+
+    /// With and without bias, and with a transposed weight view (the VJP's `W^T`).
+    #[test]
+    fn linear_kernel_matches_composed() {
+        let with_bias = |t: Vec<Tensor<Cpu, 3>>| {
+            linear(t[0].clone(), t[1].clone().reshape([40, 24]), Some(t[2].clone().reshape([24])))
+        };
+        let with_bias_ad = |t: Vec<Tensor<Autodiff<Cpu>, 3>>| {
+            linear(t[0].clone(), t[1].clone().reshape([40, 24]), Some(t[2].clone().reshape([24])))
+        };
+        let rel = fused_vs_composed(&[[2, 5, 40], [1, 40, 24], [1, 1, 24]], 1.0, with_bias, with_bias_ad);
+        assert!(rel < 1e-6, "{rel}");
+        let transposed = |t: Vec<Tensor<Cpu, 3>>| linear(t[0].clone(), t[1].clone().reshape([24, 40]).transpose(), None);
+        let transposed_ad =
+            |t: Vec<Tensor<Autodiff<Cpu>, 3>>| linear(t[0].clone(), t[1].clone().reshape([24, 40]).transpose(), None);
+        let rel = fused_vs_composed(&[[2, 5, 40], [1, 24, 40]], 1.0, transposed, transposed_ad);
+        assert!(rel < 1e-6, "{rel}");
+        let y = linear(f32_tensor::<Cpu, 3>(noise(80, 1.0), [2, 1, 40]), f32_tensor(noise(40 * 24, 1.0), [40, 24]), None);
+        assert_eq!(y.dims(), [2, 1, 24]);
+    }
+
+    /// Plain, transposed (`k^T`) and head-split (strided) operands.
+    #[test]
+    fn batched_matmul_kernel_matches_composed() {
+        let rel = fused_vs_composed(&[[2, 3, 5, 4], [2, 3, 4, 6]], 1.0, |t| matmul(t[0].clone(), t[1].clone()), |t| {
+            matmul(t[0].clone(), t[1].clone())
+        });
+        assert!(rel < 1e-6, "{rel}");
+        let transposed = |t: Vec<Tensor<Cpu, 4>>| matmul(t[0].clone(), t[1].clone().swap_dims(2, 3));
+        let transposed_ad = |t: Vec<Tensor<Autodiff<Cpu>, 4>>| matmul(t[0].clone(), t[1].clone().swap_dims(2, 3));
+        let rel = fused_vs_composed(&[[2, 3, 5, 4], [2, 3, 6, 4]], 1.0, transposed, transposed_ad);
+        assert!(rel < 1e-6, "{rel}");
+        let split = |t: Vec<Tensor<Cpu, 4>>| matmul(t[0].clone().swap_dims(1, 2), t[1].clone().swap_dims(1, 2).swap_dims(2, 3));
+        let split_ad = |t: Vec<Tensor<Autodiff<Cpu>, 4>>| {
+            matmul(t[0].clone().swap_dims(1, 2), t[1].clone().swap_dims(1, 2).swap_dims(2, 3))
+        };
+        let rel = fused_vs_composed(&[[2, 5, 3, 4], [2, 5, 3, 4]], 1.0, split, split_ad);
+        assert!(rel < 1e-6, "{rel}");
+    }
+
+    #[test]
+    fn softmax_backward_kernel_matches_composed() {
+        let shape = [2, 3, 5, 7];
+        let probs = |t: &Tensor<Cpu, 4>| attention_probs(t.clone(), 1.0, &padding_bias());
+        let probs_ad = |t: &Tensor<Autodiff<Cpu>, 4>| attention_probs(t.clone(), 1.0, &padding_bias());
+        let rel = fused_vs_composed(
+            &[shape, shape],
+            1.0,
+            |t| softmax_backward(t[0].clone(), &probs(&t[1]), 0.35),
+            |t| softmax_backward(t[0].clone(), &probs_ad(&t[1]), 0.35),
+        );
+        assert!(rel < 1e-6, "{rel}");
+    }
+
+    #[test]
+    fn gelu_kernel_matches_composed() {
+        let rel = fused_vs_composed(&[[3, 4, 50]], 3.0, |t| gelu(t[0].clone()).0, |t| gelu(t[0].clone()).0);
+        assert!(rel < 1e-6, "{rel}");
+    }
+
+    #[test]
+    fn gelu_backward_kernel_matches_composed() {
+        let shape = [3, 4, 50];
+        let rel = fused_vs_composed(
+            &[shape, shape],
+            2.0,
+            |t| gelu_backward(t[0].clone(), &t[1], &normal_cdf(t[1].clone())),
+            |t| gelu_backward(t[0].clone(), &t[1], &normal_cdf(t[1].clone())),
+        );
+        assert!(rel < 1e-6, "{rel}");
+    }
+
+    #[test]
+    fn layer_norm_backward_kernel_matches_composed() {
+        let (shape, width) = ([3, 4, 48], 48);
+        let gamma: Vec<f32> = noise(width, 1.0);
+        let backward = |t: Vec<Tensor<Cpu, 3>>| {
+            let g = f32_tensor::<Cpu, 1>(gamma.clone(), [width]);
+            let (_, x_hat, rstd) = layer_norm(t[1].clone().add_scalar(3.0), g.clone(), None, 1e-12);
+            layer_norm_backward(t[0].clone(), &x_hat, &rstd, g)
+        };
+        let backward_ad = |t: Vec<Tensor<Autodiff<Cpu>, 3>>| {
+            let g = f32_tensor::<Autodiff<Cpu>, 1>(gamma.clone(), [width]);
+            let (_, x_hat, rstd) = layer_norm(t[1].clone().add_scalar(3.0), g.clone(), None, 1e-12);
+            layer_norm_backward(t[0].clone(), &x_hat, &rstd, g)
+        };
+        let rel = fused_vs_composed(&[shape, shape], 1.0, backward, backward_ad);
+        assert!(rel < 1e-5, "{rel}");
     }
 
     /// The fused LayerNorm against the definition, in f64, on an off-centre input.
@@ -298,11 +643,12 @@ mod tests {
     /// A transposed (non-contiguous) input and a shared buffer are handled, the input unchanged.
     #[test]
     fn kernels_leave_shared_and_strided_inputs_intact() {
-        let x = f32_tensor::<Cpu, 2>(noise(24, 1.0), [4, 6]);
+        let x = f32_tensor::<Cpu, 4>(noise(98, 1.0), [2, 1, 7, 7]);
         let before = values(x.clone());
-        let y = softmax_last(x.clone().transpose());
+        let y = attention_probs(x.clone().swap_dims(2, 3), 1.0, &padding_bias());
         assert_eq!(values(x.clone()), before);
-        let diff = max_abs_diff(&values(y), &values(softmax(x.transpose(), 1)));
+        let expected = softmax(x.swap_dims(2, 3) + padding_bias(), 3);
+        let diff = max_abs_diff(&values(y), &values(expected));
         assert!(diff < 1e-6, "{diff}");
     }
 

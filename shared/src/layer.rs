@@ -11,11 +11,10 @@
 use burn::module::Module;
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
-use burn::tensor::module::linear;
 use burn::tensor::{Distribution, Tensor};
 
 use crate::config::BertConfig;
-use crate::kernels::{layer_norm, normal_cdf, softmax_last};
+use crate::kernels::{attention_probs, gelu, gelu_backward, layer_norm, layer_norm_backward, linear, matmul, softmax_backward};
 
 /// Additive attention bias of padded keys: large enough that softmax gives them exactly 0.
 pub const MASKED_SCORE: f32 = -1.0e9;
@@ -173,17 +172,16 @@ impl<B: Backend> BertLayer<B> {
         let split = |t: Tensor<B, 3>| t.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
 
         // Self-attention: softmax(q k^T / sqrt(d) + bias) v. One matmul computes q, k and v.
-        let qkv = dense_with(hidden_states.clone(), sa.qkv_weight(), sa.qkv_bias()); // [b, s, 3h]
+        let qkv = linear(hidden_states.clone(), sa.qkv_weight(), sa.qkv_bias()); // [b, s, 3h]
         let q = split(qkv.clone().narrow(2, 0, hidden)); // [b, nh, s, dh]
         let k = split(qkv.clone().narrow(2, hidden, hidden));
         let v = split(qkv.narrow(2, 2 * hidden, hidden));
         let scale = (head_dim as f64).powf(-0.5);
-        let scores = q.clone().matmul(k.clone().swap_dims(2, 3)).mul_scalar(scale)
-            + ctx.attention_bias.clone(); // [b, nh, s, s]
-        let probs = softmax_last(scores);
+        let scores = matmul(q.clone(), k.clone().swap_dims(2, 3)); // [b, nh, s, s]
+        let probs = attention_probs(scores, scale, &ctx.attention_bias);
         let probs_keep = dropout_mask(&probs, ctx.attention_dropout);
         let probs_dropped = apply_keep(probs.clone(), &probs_keep);
-        let context = probs_dropped.matmul(v.clone()).swap_dims(1, 2).reshape([batch, seq, hidden]);
+        let context = matmul(probs_dropped, v.clone()).swap_dims(1, 2).reshape([batch, seq, hidden]);
 
         // Attention output: dense -> dropout -> residual -> LayerNorm.
         let attn = dense(&self.attention.output.dense, context);
@@ -193,7 +191,7 @@ impl<B: Backend> BertLayer<B> {
 
         // Feed-forward: dense -> exact GELU -> dense -> dropout -> residual -> LayerNorm.
         let gelu_in = dense(&self.intermediate.dense, x1.clone());
-        let (gelu_out, gelu_cdf) = gelu_forward(gelu_in.clone());
+        let (gelu_out, gelu_cdf) = gelu(gelu_in.clone());
         let ffn = dense(&self.output.dense, gelu_out);
         let ffn_keep = dropout_mask(&ffn, ctx.hidden_dropout);
         let ffn = apply_keep(ffn, &ffn_keep) + x1;
@@ -226,7 +224,7 @@ impl<B: Backend> BertLayer<B> {
         let merge = |t: Tensor<B, 4>| t.swap_dims(1, 2).reshape([batch, seq, hidden]);
 
         // Feed-forward block, reversed.
-        let dffn = layer_norm_backward(dout, &cache.ln2, &self.output.layer_norm); // [b, s, h]
+        let dffn = layer_norm_backward_cached(dout, &cache.ln2, &self.output.layer_norm); // [b, s, h]
         let dffn_dense = apply_keep(dffn.clone(), &cache.ffn_keep);
         let dgelu_out = linear_input_backward(&self.output.dense, dffn_dense); // [b, s, i]
         let dgelu_in = gelu_backward(dgelu_out, &cache.gelu_in, &cache.gelu_cdf);
@@ -234,58 +232,31 @@ impl<B: Backend> BertLayer<B> {
         let dx1 = dffn + linear_input_backward(&self.intermediate.dense, dgelu_in);
 
         // Attention block, reversed.
-        let dattn = layer_norm_backward(dx1, &cache.ln1, &self.attention.output.layer_norm);
+        let dattn = layer_norm_backward_cached(dx1, &cache.ln1, &self.attention.output.layer_norm);
         let dattn_dense = apply_keep(dattn.clone(), &cache.attention_keep);
         let dcontext = split(linear_input_backward(&self.attention.output.dense, dattn_dense));
         let probs_dropped = apply_keep(cache.probs.clone(), &cache.probs_keep);
-        let dv = probs_dropped.swap_dims(2, 3).matmul(dcontext.clone()); // [b, nh, s, dh]
-        let dprobs = apply_keep(dcontext.matmul(cache.v.clone().swap_dims(2, 3)), &cache.probs_keep);
-        let dscores = softmax_backward(dprobs, &cache.probs); // [b, nh, s, s]
+        let dv = matmul(probs_dropped.swap_dims(2, 3), dcontext.clone()); // [b, nh, s, dh]
+        let dprobs = apply_keep(matmul(dcontext, cache.v.clone().swap_dims(2, 3)), &cache.probs_keep);
+        // Gradient of the scaled scores `q k^T / sqrt(d)`, the scale included.
         let scale = (head_dim as f64).powf(-0.5);
-        let dq = dscores.clone().matmul(cache.k.clone()).mul_scalar(scale);
-        let dk = dscores.swap_dims(2, 3).matmul(cache.q.clone()).mul_scalar(scale);
+        let dscores = softmax_backward(dprobs, &cache.probs, scale); // [b, nh, s, s]
+        let dq = matmul(dscores.clone(), cache.k.clone());
+        let dk = matmul(dscores.swap_dims(2, 3), cache.q.clone());
 
         // term 1: the residual path; term 2: through query, key and value, [dq dk dv] W_qkv^T.
         let dqkv = Tensor::cat(vec![merge(dq), merge(dk), merge(dv)], 2);
-        dattn + dense_with(dqkv, sa.qkv_weight().transpose(), None)
+        dattn + linear(dqkv, sa.qkv_weight().transpose(), None)
     }
 }
 
-/// `x W + b` for `[batch, seq, in]` inputs, run as one `[batch * seq, in]` matmul: a single large
-/// GEMM instead of `batch` small ones that each re-pack `W` (also in autodiff's weight gradient).
-fn dense_with<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Tensor<B, 3> {
-    let [batch, seq, features] = x.dims();
-    let y = linear(x.reshape([batch * seq, features]), weight, bias);
-    let out = y.dims()[1];
-    y.reshape([batch, seq, out])
-}
-
 fn dense<B: Backend>(lin: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
-    dense_with(x, lin.weight.val(), lin.bias.as_ref().map(|b| b.val()))
+    linear(x, lin.weight.val(), lin.bias.as_ref().map(|b| b.val()))
 }
 
 /// Input-gradient of `x W + b`: `dout W^T`.
 fn linear_input_backward<B: Backend>(lin: &Linear<B>, dout: Tensor<B, 3>) -> Tensor<B, 3> {
-    dense_with(dout, lin.weight.val().transpose(), None)
-}
-
-/// Exact GELU, `x * Phi(x)`, built from `erf` so that autodiff differentiates the true function.
-/// Returns the output and `Phi(x)`, which the backward reuses.
-pub fn gelu_forward<B: Backend, const D: usize>(x: Tensor<B, D>) -> (Tensor<B, D>, Tensor<B, D>) {
-    let cdf = normal_cdf(x.clone());
-    (x * cdf.clone(), cdf)
-}
-
-/// `d/dx [x Phi(x)] = Phi(x) + x phi(x)`.
-fn gelu_backward<B: Backend, const D: usize>(
-    dout: Tensor<B, D>,
-    x: &Tensor<B, D>,
-    cdf: &Tensor<B, D>,
-) -> Tensor<B, D> {
-    let inv_sqrt_2pi = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
-    // x * x, not powi: the CPU backend computes powers with a scalar powf per element.
-    let pdf = (x.clone() * x.clone()).mul_scalar(-0.5).exp().mul_scalar(inv_sqrt_2pi);
-    dout * (cdf.clone() + x.clone() * pdf)
+    linear(dout, lin.weight.val().transpose(), None)
 }
 
 /// Normalised input and reciprocal standard deviation of one LayerNorm.
@@ -312,23 +283,9 @@ pub fn layer_norm_forward<B: Backend>(
     (y, LayerNormCache { x_hat, rstd })
 }
 
-/// `dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))` with `g = dout * gamma`.
-fn layer_norm_backward<B: Backend>(
-    dout: Tensor<B, 3>,
-    cache: &LayerNormCache<B>,
-    ln: &LayerNorm<B>,
-) -> Tensor<B, 3> {
-    let hidden = dout.dims()[2];
-    let g = dout * ln.gamma.val().reshape([1, 1, hidden]);
-    let mean_g = g.clone().mean_dim(2);
-    let mean_gx = (g.clone() * cache.x_hat.clone()).mean_dim(2);
-    (g - mean_g - cache.x_hat.clone() * mean_gx) * cache.rstd.clone()
-}
-
-/// Softmax input-gradient: `p * (dp - sum(dp * p))` along the last dimension.
-fn softmax_backward<B: Backend>(dprobs: Tensor<B, 4>, probs: &Tensor<B, 4>) -> Tensor<B, 4> {
-    let dot = (dprobs.clone() * probs.clone()).sum_dim(3);
-    probs.clone() * (dprobs - dot)
+/// Input-gradient of [`layer_norm_forward`].
+fn layer_norm_backward_cached<B: Backend>(dout: Tensor<B, 3>, cache: &LayerNormCache<B>, ln: &LayerNorm<B>) -> Tensor<B, 3> {
+    layer_norm_backward(dout, &cache.x_hat, &cache.rstd, ln.gamma.val())
 }
 
 /// Inverted-dropout keep mask (`1/(1-p)` where kept, 0 where dropped), or `None` when `p == 0`.
@@ -399,7 +356,7 @@ mod tests {
     #[test]
     fn gelu_is_exact_erf_form() {
         let x = Tensor::<NdArray<f64>, 1>::from_data(TensorData::new(vec![-3.0, -0.5, 0.0, 1.0, 2.5], [5]), &Default::default());
-        let (y, _) = gelu_forward(x);
+        let (y, _) = gelu(x);
         let y: Vec<f64> = y.into_data().into_vec().unwrap();
         // x * Phi(x) at the same points, from Python's math.erf.
         let expected = [-0.00404969409489031, -0.15426876936299344, 0.0, 0.8413447460685429, 2.4844758366855597];

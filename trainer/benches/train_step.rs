@@ -17,6 +17,9 @@ use burn::tensor::{Int, Tensor, TensorData};
 use shared::checkpoint::load_for_task;
 use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
 
+#[path = "../../shared/benches/peer/mod.rs"]
+mod peer;
+
 type B = Autodiff<NdArray<f32>>;
 const BATCH: usize = 16;
 const SEQ: usize = 128;
@@ -57,20 +60,10 @@ fn main() {
         ours.push((name, times[times.len() / 2]));
     }
 
-    let torch: Option<serde_json::Value> = std::env::var("IMBERT_PYTHON").ok().and_then(|py| {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/train_step_torch.py");
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let out = std::process::Command::new(py)
-            .arg(script)
-            .args([dir.to_string_lossy().as_ref(), &BATCH.to_string(), &SEQ.to_string(), &threads.to_string(), &REPS.to_string()])
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!("PyTorch benchmark failed: {}", String::from_utf8_lossy(&out.stderr));
-            return None;
-        }
-        serde_json::from_slice(&out.stdout).ok()
-    });
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/train_step_torch.py");
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let args = [dir.to_string_lossy().into_owned(), BATCH.to_string(), SEQ.to_string(), threads.to_string(), REPS.to_string()];
+    let torch = peer::pytorch_timings(&script, &args);
     println!(
         "MiniLM-L6 training step (forward + backward + AdamW), batch {BATCH}, seq {SEQ}, CPU, GEMM: {}",
         shared::blas::cpu_gemm()
