@@ -228,6 +228,10 @@ mod tests {
     use crate::quantize::quantize_to_safetensors;
     use burn::backend::NdArray;
 
+    // In f64, as the other model tests of this binary: burn fixes one default dtype per device
+    // for the whole process, and f32 and f64 share the CPU device.
+    type B = NdArray<f64>;
+
     #[test]
     fn old_cards_still_parse() {
         let old = br#"{"task":"sst2","labels":["negative","positive"],"connection":"im:T=5,gamma=0.1,layers=3-5",
@@ -250,18 +254,21 @@ mod tests {
     }
 
     /// A tiny random classifier as a bundle's four files.
-    fn tiny_bundle_files(connection: &str, labels: usize) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, BertClassifier<NdArray>) {
+    fn tiny_bundle_files(connection: &str, labels: usize) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, BertClassifier<B>) {
         let device = Default::default();
         let mut config = BertConfig::tiny();
         config.vocab_size = 16;
-        let model = BertClassifier::<NdArray>::new(&config, 3, &device);
+        let model = BertClassifier::<B>::new(&config, 3, &device);
         let tensors: BTreeMap<String, HostTensor> = checkpoint::hf_parameters(&model)
             .into_iter()
             .map(|p| (p.name.clone(), p.to_host(&p.tensor).unwrap()))
             .collect();
         let (weights, _) = quantize_to_safetensors(&tensors).unwrap();
         let vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "bad", "film", "movie"];
-        let vocab_path = std::env::temp_dir().join(format!("imbert-bundle-vocab-{}.txt", std::process::id()));
+        // One file per call: the tests run in parallel, and each removes its file.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let vocab_path = std::env::temp_dir().join(format!("imbert-bundle-vocab-{}-{call}.txt", std::process::id()));
         std::fs::write(&vocab_path, vocab.join("\n")).unwrap();
         let tokenizer = BertTokenizer::from_vocab_file(&vocab_path, true).unwrap();
         let _ = std::fs::remove_file(&vocab_path);
@@ -278,15 +285,15 @@ mod tests {
         let bundle = WebBundle::from_bytes(&config, &tokenizer, &weights, &card).unwrap();
         assert_eq!(bundle.num_labels(), 3);
         let device = Default::default();
-        let loaded = bundle.classifier::<NdArray>(&device).unwrap();
+        let loaded = bundle.classifier::<B>(&device).unwrap();
         assert_eq!(loaded.bert.encoder.connections[0], crate::Connection::Monotone);
         assert!(matches!(loaded.bert.encoder.connections[1], crate::Connection::Implicit(_)));
         let batch = bundle.tokenizer.encode(&[("a good film", None), ("bad movie", Some("a film"))], 16).unwrap();
-        let input = batch.to_input::<NdArray>(&device);
+        let input = batch.to_input::<B>(&device);
         let model = model.with_connections(&bundle.card.connection_spec().unwrap()).unwrap();
         let expected = model.forward(&input, Default::default()).logits.unwrap();
         let got = loaded.forward(&input, Default::default()).logits.unwrap();
-        let diff: f32 = (expected - got).abs().max().into_scalar();
+        let diff: f64 = (expected - got).abs().max().into_scalar();
         println!("max |logit difference| f32 vs int8 = {diff:.2e}");
         assert!(diff < 1e-2, "{diff}");
     }

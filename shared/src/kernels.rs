@@ -439,9 +439,15 @@ mod tests {
 
     type Cpu = NdArray<f32>;
 
-    /// An f32 tensor whatever the device's default dtype (f64 tests in this binary share the
-    /// device, and the first tensor made fixes its default).
+    /// An f32 tensor, made so whatever the device's default dtype.
+    ///
+    /// burn 0.21 keeps one default dtype per device for the whole process, fixed by the first op
+    /// that asks for it, and `NdArray<f32>` and `NdArray<f64>` share the CPU device. The other
+    /// tests in this binary run in f64, so the policy is pinned to f64 here, before any op of
+    /// these tests can fix it to f32 (burn's softmax does), whatever order the tests run in.
     fn f32_tensor<B: Backend, const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<B, D> {
+        // An error means the policy is already fixed, to f64: the only other backend used here.
+        let _ = burn::tensor::set_default_dtypes::<NdArray<f64>>(&Default::default(), DType::F64, DType::I64);
         Tensor::from_data(TensorData::new(values, shape), (&Default::default(), DType::F32))
     }
 
