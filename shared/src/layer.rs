@@ -11,7 +11,7 @@
 use burn::module::Module;
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Tensor};
+use burn::tensor::Tensor;
 
 use crate::config::BertConfig;
 use crate::kernels::{attention_probs, gelu, gelu_backward, layer_norm, layer_norm_backward, linear, matmul, softmax_backward};
@@ -290,10 +290,7 @@ fn layer_norm_backward_cached<B: Backend>(dout: Tensor<B, 3>, cache: &LayerNormC
 
 /// Inverted-dropout keep mask (`1/(1-p)` where kept, 0 where dropped), or `None` when `p == 0`.
 fn dropout_mask<B: Backend, const D: usize>(like: &Tensor<B, D>, p: f64) -> Option<Tensor<B, D>> {
-    (p > 0.0).then(|| {
-        Tensor::random(like.shape(), Distribution::Bernoulli(1.0 - p), &like.device())
-            .mul_scalar(1.0 / (1.0 - p))
-    })
+    (p > 0.0).then(|| crate::kernels::dropout_keep(like, p))
 }
 
 /// Dropout forward and backward are the same product with the keep mask.
@@ -308,7 +305,7 @@ fn apply_keep<B: Backend, const D: usize>(x: Tensor<B, D>, keep: &Option<Tensor<
 mod tests {
     use super::*;
     use burn::backend::{Autodiff, NdArray};
-    use burn::tensor::TensorData;
+    use burn::tensor::{Distribution, TensorData};
 
     type B = Autodiff<NdArray<f64>>;
 

@@ -39,8 +39,13 @@ fn main() {
     let labels = Tensor::<B, 1, Int>::from_data(TensorData::new((0..BATCH as i64).map(|i| i % 2).collect::<Vec<_>>(), [BATCH]), &device);
     let ce = CrossEntropyLossConfig::new().init(&device);
 
+    // `cargo bench --bench train_step -- bert` runs only the configs whose name contains "bert".
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-')).unwrap_or_default();
     let mut ours = Vec::new();
     for (name, spec) in [("bert", "bert"), ("im_all", "im:T=5,gamma=0.1")] {
+        if !name.contains(filter.as_str()) {
+            continue;
+        }
         let mut model: BertClassifier<B> = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
         let mut optim = AdamWConfig::new().with_epsilon(1e-8).with_weight_decay(0.0).init::<B, BertClassifier<B>>();
         let mut times = Vec::new();
@@ -62,7 +67,7 @@ fn main() {
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/train_step_torch.py");
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let args = [dir.to_string_lossy().into_owned(), BATCH.to_string(), SEQ.to_string(), threads.to_string(), REPS.to_string()];
+    let args = [dir.to_string_lossy().into_owned(), BATCH.to_string(), SEQ.to_string(), threads.to_string(), REPS.to_string(), filter];
     let torch = peer::pytorch_timings(&script, &args);
     println!(
         "MiniLM-L6 training step (forward + backward + AdamW), batch {BATCH}, seq {SEQ}, CPU, GEMM: {}",

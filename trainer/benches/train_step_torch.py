@@ -15,6 +15,7 @@ from im_bert import im_forward, median_seconds  # noqa: E402
 
 def main() -> None:
     model_dir, batch, seq, threads, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    only = sys.argv[6] if len(sys.argv) > 6 else ""  # run only the configs whose name contains this
     torch.set_num_threads(threads)
     model = BertForSequenceClassification.from_pretrained(model_dir, num_labels=2, attn_implementation="eager")
     model.train()
@@ -27,6 +28,9 @@ def main() -> None:
     n = model.config.num_hidden_layers
     out = {}
     for name, im_layers in {"bert": [], "im_all": list(range(n))}.items():
+        if only not in name:
+            continue
+
         def step():
             logits, _ = im_forward(model, ids, tt, mask, im_layers, 5, 0.1)
             loss = torch.nn.functional.cross_entropy(logits, labels)

@@ -8,6 +8,9 @@
 //! views. On every other backend, f64 and autodiff included, they compose burn's own ops, so
 //! training and the gradient checks see exactly the code they always did.
 //!
+//! Under `Autodiff<NdArray<f32>>` (CPU training), [`autodiff`] records each of these functions
+//! as one node whose backward runs on the same kernels.
+//!
 //! The backend is recognised at run time (`Any` on the tensor primitive), which keeps the model
 //! generic over `B: Backend` instead of adding a kernel trait to every bound in the code base.
 
@@ -18,8 +21,69 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_ndarray::{NdArrayTensor, SharedArray};
 
+#[cfg(not(target_arch = "wasm32"))]
+mod autodiff;
+
+/// Runs the autodiff node when `B` is `Autodiff<NdArray<f32>>` (see [`autodiff`]).
+macro_rules! train_node {
+    ($call:expr) => {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(out) = $call {
+            return out;
+        }
+    };
+}
+
+/// Inverted-dropout keep mask shaped like `like`: `1 / (1 - p)` with probability `1 - p`, else 0.
+///
+/// On the CPU, burn draws each element through a freshly built sampler (a tenth of a MiniLM
+/// training step). There the mask comes from a counter-based generator (SplitMix64 of the
+/// element's index) split over threads, seeded by one draw from the backend's RNG, so `B::seed`
+/// still fixes every mask. Other devices draw it where the tensor lives.
+pub fn dropout_keep<B: Backend, const D: usize>(like: &Tensor<B, D>, p: f64) -> Tensor<B, D> {
+    use burn::tensor::{DType, Distribution, Int, TensorData};
+    let device = like.device();
+    if !((&device as &dyn Any).is::<burn_ndarray::NdArrayDevice>() && like.dtype() == DType::F32) {
+        return Tensor::random(like.shape(), Distribution::Bernoulli(1.0 - p), &device).mul_scalar(1.0 / (1.0 - p));
+    }
+    let draw = Tensor::<B, 1, Int>::random([2], Distribution::Uniform(0.0, 4294967296.0), &device);
+    let seed = draw.into_data().convert::<i64>().into_vec::<i64>().unwrap_or_default().iter().fold(0u64, |s, &v| (s << 32) ^ v as u64);
+    let mask = keep_mask(seed, like.shape().num_elements(), p);
+    Tensor::from_data(TensorData::new(mask, like.shape()), (&device, DType::F32))
+}
+
+/// [`dropout_keep`]'s CPU mask of `n` elements for `seed`.
+fn keep_mask(seed: u64, n: usize, p: f64) -> Vec<f32> {
+    // Keep when the top 32 bits fall below (1 - p) 2^32.
+    let threshold = ((1.0 - p) * 4294967296.0).round() as u64;
+    let (scale, block) = ((1.0 / (1.0 - p)) as f32, 1usize << 14);
+    let mut mask = vec![0.0f32; n];
+    let fill = |(index, chunk): (usize, &mut [f32])| {
+        for (i, v) in chunk.iter_mut().enumerate() {
+            let bits = splitmix64(seed.wrapping_add(((index * block + i) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+            *v = if bits >> 32 < threshold { scale } else { 0.0 };
+        }
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        mask.par_chunks_mut(block).enumerate().for_each(fill);
+    }
+    #[cfg(target_arch = "wasm32")]
+    mask.chunks_mut(block).enumerate().for_each(fill);
+    mask
+}
+
+/// SplitMix64's output function (Steele, Lea & Flood 2014): a well-mixed 64-bit hash of `z`.
+fn splitmix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// `Phi(x) = (1 + erf(x / sqrt 2)) / 2`, the standard normal CDF (exact GELU is `x Phi(x)`).
 pub fn normal_cdf<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    train_node!(autodiff::normal_cdf(&x));
     match on_cpu_f32(x, |_, buf| for_blocks(buf, 1 << 14, |b| b.iter_mut().for_each(|v| *v = cdf_f32(*v)))) {
         Ok(y) => y,
         Err(x) => x.mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5),
@@ -45,6 +109,7 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> (Tensor<B, D>, Tenso
 /// `linear` on `[batch * seq, in]` copied the input, the weight and the output twice over.
 /// A transposed weight (a VJP's `W^T`) is passed to the GEMM as a transpose, not copied.
 pub fn linear<B: Backend, const D: usize>(x: Tensor<B, D>, weight: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Tensor<B, D> {
+    train_node!(autodiff::linear(&x, &weight, bias.as_ref()));
     if let Some(y) = linear_cpu_f32(&x, &weight, bias.as_ref()) {
         return y;
     }
@@ -95,6 +160,7 @@ fn linear_cpu_f32<B: Backend, const D: usize>(
 /// so transposed operands (`k^T`, `p^T`) are not copied, and the result is written in place:
 /// burn-ndarray's own batched `matmul` copies both inputs and the output through reshapes.
 pub fn matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> {
+    train_node!(autodiff::matmul(&a, &b));
     match matmul_cpu_f32(&a, &b) {
         Some(c) => c,
         None => a.matmul(b),
@@ -126,10 +192,35 @@ fn matmul_cpu_f32<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B, 4>) -> Option<Tens
     Some(from_cpu_f32(c.into_shape_with_order((d0, d1, m, n)).ok()?.into_dyn().into_shared()))
 }
 
+/// `x^T g` summed over all rows: the weight gradient of [`linear`], `[in, out]` from `x`
+/// `[.., in]` and `g` `[.., out]`. One GEMM on a transposed view on burn-ndarray with f32 data.
+pub fn weight_gradient<B: Backend, const D: usize>(x: Tensor<B, D>, g: Tensor<B, D>) -> Tensor<B, 2> {
+    use ndarray::{linalg::general_mat_mul, Array2};
+    let (features, out) = (x.dims()[D - 1], g.dims()[D - 1]);
+    let composed = |x: Tensor<B, D>, g: Tensor<B, D>| x.reshape([-1, features as i32]).transpose().matmul(g.reshape([-1, out as i32]));
+    let (x_f32, g_f32) = match (cpu_f32(x.clone()), cpu_f32(g.clone())) {
+        (Ok(x), Ok(g)) => (x, g),
+        _ => return composed(x, g),
+    };
+    let rows = x_f32.len() / features.max(1);
+    let views = (
+        x_f32.view().into_shape_with_order((rows, features)),
+        g_f32.view().into_shape_with_order((g_f32.len() / out.max(1), out)),
+    );
+    let (Ok(xv), Ok(gv)) = views else { return composed(x, g) };
+    if gv.nrows() != rows {
+        return composed(x, g); // burn's own op reports the mismatch
+    }
+    let mut w = Array2::<f32>::zeros((features, out));
+    general_mat_mul(1.0, &xv.t(), &gv, 0.0, &mut w);
+    from_cpu_f32(w.into_dyn().into_shared())
+}
+
 /// Attention probabilities: softmax over keys of `scores * scale + bias`, with `scores`
 /// `[batch, heads, queries, keys]` and the padding bias `[batch, 1, 1, keys]`. Padded keys
 /// (bias -1e9) come out as exactly 0.
 pub fn attention_probs<B: Backend>(scores: Tensor<B, 4>, scale: f64, bias: &Tensor<B, 4>) -> Tensor<B, 4> {
+    train_node!(autodiff::attention_probs(&scores, scale, bias));
     let composed = |scores: Tensor<B, 4>| softmax(scores.mul_scalar(scale) + bias.clone(), 3);
     let [batch, _, _, keys] = scores.dims();
     let Some(bias_f32) = cpu_f32(bias.clone()).ok().filter(|b| b.len() == batch * keys) else {
@@ -163,6 +254,17 @@ pub fn softmax_backward<B: Backend, const D: usize>(dprobs: Tensor<B, D>, probs:
         let dot = (dprobs.clone() * probs.clone()).sum_dim(D - 1);
         (probs.clone() * (dprobs - dot)).mul_scalar(scale)
     })
+}
+
+/// Input-gradient of [`normal_cdf`]: `g phi(x)`, with `phi` the standard normal density.
+pub fn normal_cdf_backward<B: Backend, const D: usize>(g: Tensor<B, D>, x: &Tensor<B, D>) -> Tensor<B, D> {
+    let inv_sqrt_2pi = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
+    let inv_sqrt_2pi_f32 = inv_sqrt_2pi as f32;
+    let kernel = |_: usize, d: &mut [f32], [x]: [&[f32]; 1]| {
+        d.iter_mut().zip(x).for_each(|(d, &x)| *d *= (-0.5 * x * x).exp() * inv_sqrt_2pi_f32);
+    };
+    rows_in_place(g, [x], kernel)
+        .unwrap_or_else(|g| g * (x.clone() * x.clone()).mul_scalar(-0.5).exp().mul_scalar(inv_sqrt_2pi))
 }
 
 /// Input-gradient of the exact GELU `x Phi(x)`: `dout * (Phi(x) + x phi(x))`, with `Phi(x)` kept
@@ -230,6 +332,7 @@ pub fn layer_norm<B: Backend, const D: usize>(
     beta: Option<Tensor<B, 1>>,
     eps: f64,
 ) -> (Tensor<B, D>, Tensor<B, D>, Tensor<B, D>) {
+    train_node!(autodiff::layer_norm(&x, &gamma, beta.as_ref(), eps));
     if let Some(fused) = layer_norm_cpu_f32(&x, &gamma, beta.as_ref(), eps) {
         return fused;
     }
@@ -456,7 +559,7 @@ mod tests {
     }
 
     /// Deterministic pseudo-normal values with standard deviation about `scale`.
-    fn noise(n: usize, scale: f32) -> Vec<f32> {
+    pub(super) fn noise(n: usize, scale: f32) -> Vec<f32> {
         let mut state = 0x2545_f491_4f6c_dd1du64;
         (0..n)
             .map(|_| {
@@ -473,13 +576,35 @@ mod tests {
             .collect()
     }
 
-    fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    pub(super) fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         assert_eq!(a.len(), b.len());
         // A NaN anywhere makes the result NaN, so the callers' asserts fail.
         a.iter().zip(b).fold(0.0, |m, (x, y)| if (x - y).is_nan() { f32::NAN } else { m.max((x - y).abs()) })
     }
 
     /// The f32 kernel against f64 `erf` on the same inputs.
+    /// The CPU mask holds only 0 and `1 / (1 - p)`, keeps about `1 - p`, and its seed fixes it.
+    /// (That `B::seed` fixes the seed drawn: the trainer's resume test, with dropout on.)
+    #[test]
+    fn dropout_keep_mask_is_seeded_and_keeps_one_minus_p() {
+        let like = f32_tensor::<Cpu, 3>(vec![0.0; 64 * 128 * 8], [64, 128, 8]);
+        let mask = values(dropout_keep(&like, 0.1));
+        assert_eq!(mask.len(), 65_536);
+        assert!(mask.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.9).abs() < 1e-6));
+
+        let draw = |seed| keep_mask(seed, 65_536, 0.1);
+        let (a, b, c) = (draw(7), draw(7), draw(8));
+        assert_eq!(a, b, "same seed, same mask");
+        assert_ne!(a, c, "another seed, another mask");
+        let kept = a.iter().filter(|&&v| v > 0.0).count() as f64 / a.len() as f64;
+        // 65,536 draws: the standard deviation of the kept share is 0.0012.
+        println!("kept share {kept:.4}");
+        assert!((kept - 0.9).abs() < 0.006, "kept {kept}");
+        // Neighbouring elements are independent: no pair pattern beyond chance.
+        let both_dropped = a.chunks(2).filter(|p| p[0] == 0.0 && p[1] == 0.0).count() as f64 / (a.len() / 2) as f64;
+        assert!((both_dropped - 0.01).abs() < 0.003, "both of a pair dropped: {both_dropped}");
+    }
+
     #[test]
     fn normal_cdf_kernel_matches_f64_erf() {
         let xs = noise(3 * 50 * 700, 3.0);

@@ -1,0 +1,337 @@
+//! The same kernels as single autodiff nodes, for training on `Autodiff<NdArray<f32>>`.
+//!
+//! Under autodiff, burn records every composed op (a LayerNorm is about ten) and runs each of
+//! them, forward and back, as a one-thread pass of burn-ndarray, with `erf` through f64 `libm`
+//! and GEMMs behind reshape copies. Here a kernel is one node: its forward is the CPU kernel on
+//! the inner tensors, and its backward is written out with the same kernels.
+//!
+//! The exact second-order IM gradient is unaffected: IM-BERT's inner loop, VJP included, is made
+//! of ordinary ops, and the outer backward only ever asks each op for its first-order backward,
+//! which every node here has.
+
+use std::any::{Any, TypeId};
+use std::sync::Arc;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorPrimitive};
+use burn_autodiff::checkpoint::{base::Checkpointer, strategy::NoCheckpointing};
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_autodiff::Autodiff;
+use burn_ndarray::NdArray;
+
+type Inner = NdArray<f32>;
+type Train = Autodiff<Inner>;
+type TrainTensor = burn::tensor::ops::FloatTensor<Train>;
+type InnerTensor = burn::tensor::ops::FloatTensor<Inner>;
+
+/// A node's backward: from the output's gradient and which parents want one, their gradients.
+type BackwardFn<const N: usize> = Arc<dyn Fn(InnerTensor, [bool; N]) -> [Option<InnerTensor>; N] + Send + Sync>;
+
+#[derive(Debug)]
+struct Kernel<const N: usize>;
+
+#[derive(Clone)]
+struct KernelBackward<const N: usize>(BackwardFn<N>);
+
+impl<const N: usize> std::fmt::Debug for KernelBackward<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KernelBackward<{N}>")
+    }
+}
+
+impl<const N: usize> Backward<Inner, N> for Kernel<N> {
+    type State = KernelBackward<N>;
+
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<Inner>(&ops.node);
+        let wanted = ops.parents.each_ref().map(Option::is_some);
+        let parent_grads = (ops.state.0)(grad, wanted);
+        for (parent, grad) in ops.parents.into_iter().zip(parent_grads) {
+            if let (Some(parent), Some(grad)) = (parent, grad) {
+                grads.register::<Inner>(parent.id, grad);
+            }
+        }
+    }
+}
+
+/// Records `output`, computed from `parents`, as one node with the given backward.
+fn node<const N: usize>(
+    parents: [&TrainTensor; N],
+    output: InnerTensor,
+    backward: impl Fn(InnerTensor, [bool; N]) -> [Option<InnerTensor>; N] + Send + Sync + 'static,
+) -> TrainTensor {
+    match Kernel::<N>.prepare::<NoCheckpointing>(parents.map(|p| p.node.clone())).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(KernelBackward(Arc::new(backward)), output),
+        OpsKind::UnTracked(prep) => prep.finish(output),
+    }
+}
+
+/// `x`'s autodiff tensor when `B` is `Autodiff<NdArray<f32>>` (the default checkpointing, whose
+/// strategy [`node`] records with); `None` on every other backend.
+fn unwrap<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Option<TrainTensor> {
+    if TypeId::of::<B>() != TypeId::of::<Train>() {
+        return None;
+    }
+    match x.clone().into_primitive() {
+        TensorPrimitive::Float(p) => (Box::new(p) as Box<dyn Any>).downcast::<TrainTensor>().ok().map(|t| *t),
+        TensorPrimitive::QFloat(_) => None,
+    }
+}
+
+/// The inverse of [`unwrap`]; only called where `B` was found to be `Train`.
+fn wrap<B: Backend, const D: usize>(t: TrainTensor) -> Tensor<B, D> {
+    let p = (Box::new(t) as Box<dyn Any>).downcast::<B::FloatTensorPrimitive>().expect("B is Autodiff<NdArray<f32>>");
+    Tensor::from_primitive(TensorPrimitive::Float(*p))
+}
+
+fn inner<const D: usize>(t: &TrainTensor) -> Tensor<Inner, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t.primitive.clone()))
+}
+
+fn tensor<const D: usize>(p: InnerTensor) -> Tensor<Inner, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+fn prim<const D: usize>(t: Tensor<Inner, D>) -> InnerTensor {
+    t.into_primitive().tensor()
+}
+
+/// Sum over every dimension but the last: a bias's or LayerNorm parameter's gradient.
+fn sum_rows<const D: usize>(g: Tensor<Inner, D>) -> Tensor<Inner, 1> {
+    let width = g.dims()[D - 1];
+    g.reshape([-1, width as i32]).sum_dim(0).reshape([width])
+}
+
+/// [`super::linear`]: `dx = g W^T`, `dW = x^T g` over all rows, `db = sum of g's rows`.
+pub(super) fn linear<B: Backend, const D: usize>(
+    x: &Tensor<B, D>,
+    weight: &Tensor<B, 2>,
+    bias: Option<&Tensor<B, 1>>,
+) -> Option<Tensor<B, D>> {
+    let (xt, wt) = (unwrap(x)?, unwrap(weight)?);
+    let bt = match bias {
+        Some(b) => Some(unwrap(b)?),
+        None => None,
+    };
+    let (x, w) = (inner::<D>(&xt), inner::<2>(&wt));
+    let y = prim(super::linear(x.clone(), w.clone(), bt.as_ref().map(inner::<1>)));
+    let backward = move |g: InnerTensor, [dx, dw, db]: [bool; 3]| {
+        let g = tensor::<D>(g);
+        [
+            dx.then(|| prim(super::linear(g.clone(), w.clone().transpose(), None))),
+            dw.then(|| prim(super::weight_gradient(x.clone(), g.clone()))),
+            db.then(|| prim(sum_rows(g.clone()))),
+        ]
+    };
+    Some(wrap(match &bt {
+        Some(bt) => node([&xt, &wt, bt], y, backward),
+        None => node([&xt, &wt], y, move |g, [dx, dw]| {
+            let [dx, dw, _] = backward(g, [dx, dw, false]);
+            [dx, dw]
+        }),
+    }))
+}
+
+/// [`super::matmul`]: `da = g b^T`, `db = a^T g`, both GEMMs on transposed views.
+pub(super) fn matmul<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+    let (at, bt) = (unwrap(a)?, unwrap(b)?);
+    let (a, b) = (inner::<4>(&at), inner::<4>(&bt));
+    if a.dims()[..2] != b.dims()[..2] {
+        return None; // broadcasting: burn's own op
+    }
+    let y = prim(super::matmul(a.clone(), b.clone()));
+    Some(wrap(node([&at, &bt], y, move |g, [da, db]| {
+        let g = tensor::<4>(g);
+        [
+            da.then(|| prim(super::matmul(g.clone(), b.clone().swap_dims(2, 3)))),
+            db.then(|| prim(super::matmul(a.clone().swap_dims(2, 3), g.clone()))),
+        ]
+    })))
+}
+
+/// [`super::normal_cdf`]: `dx = g phi(x)`.
+pub(super) fn normal_cdf<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Option<Tensor<B, D>> {
+    let xt = unwrap(x)?;
+    let x = inner::<D>(&xt);
+    let y = prim(super::normal_cdf(x.clone()));
+    Some(wrap(node([&xt], y, move |g, [dx]| [dx.then(|| prim(super::normal_cdf_backward(tensor::<D>(g), &x)))])))
+}
+
+/// [`super::attention_probs`]: `dscores = scale p (g - sum(g p))`. The padding bias is a
+/// constant; when it asks for a gradient, burn's composed ops run instead.
+pub(super) fn attention_probs<B: Backend>(scores: &Tensor<B, 4>, scale: f64, bias: &Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+    let (st, bt) = (unwrap(scores)?, unwrap(bias)?);
+    if bt.node.clone_if_require_grad().is_some() {
+        return None;
+    }
+    let probs = super::attention_probs(inner::<4>(&st), scale, &inner::<4>(&bt));
+    let y = prim(probs.clone());
+    Some(wrap(node([&st], y, move |g, [ds]| {
+        [ds.then(|| prim(super::softmax_backward(tensor::<4>(g), &probs, scale)))]
+    })))
+}
+
+/// [`super::layer_norm`]: `y`, `x_hat` and `rstd` from one pass, as three nodes (the IM-connection's
+/// VJP differentiates through `x_hat` and `rstd` too). With `g_y` the gradient of `y`:
+/// `dx = rstd (g - mean(g) - x_hat mean(g x_hat))` for `g = g_y gamma` (and for `g = g_x_hat`),
+/// `dgamma = sum(g_y x_hat)`, `dbeta = sum(g_y)`, and through `rstd`: `dx = -g_rstd rstd^2 x_hat / width`.
+#[allow(clippy::type_complexity)]
+pub(super) fn layer_norm<B: Backend, const D: usize>(
+    x: &Tensor<B, D>,
+    gamma: &Tensor<B, 1>,
+    beta: Option<&Tensor<B, 1>>,
+    eps: f64,
+) -> Option<(Tensor<B, D>, Tensor<B, D>, Tensor<B, D>)> {
+    let (xt, gt) = (unwrap(x)?, unwrap(gamma)?);
+    let bt = match beta {
+        Some(b) => Some(unwrap(b)?),
+        None => None,
+    };
+    let gamma = inner::<1>(&gt);
+    let ones = gamma.ones_like();
+    let (y, x_hat, rstd) = super::layer_norm(inner::<D>(&xt), gamma.clone(), bt.as_ref().map(inner::<1>), eps);
+    let width = gamma.dims()[0];
+
+    let (xh, rs) = (x_hat.clone(), rstd.clone());
+    let y_backward = move |g: InnerTensor, [dx, dgamma, dbeta]: [bool; 3]| {
+        let g = tensor::<D>(g);
+        [
+            dx.then(|| prim(super::layer_norm_backward(g.clone(), &xh, &rs, gamma.clone()))),
+            dgamma.then(|| prim(sum_rows(g.clone() * xh.clone()))),
+            dbeta.then(|| prim(sum_rows(g.clone()))),
+        ]
+    };
+    let y = match &bt {
+        Some(bt) => node([&xt, &gt, bt], prim(y), y_backward),
+        None => node([&xt, &gt], prim(y), move |g, [dx, dgamma]| {
+            let [dx, dgamma, _] = y_backward(g, [dx, dgamma, false]);
+            [dx, dgamma]
+        }),
+    };
+
+    let (xh, rs) = (x_hat.clone(), rstd.clone());
+    let x_hat_node = node([&xt], prim(x_hat.clone()), move |g, [dx]| {
+        [dx.then(|| prim(super::layer_norm_backward(tensor::<D>(g), &xh, &rs, ones.clone())))]
+    });
+
+    let (xh, rs) = (x_hat, rstd.clone());
+    let rstd_node = node([&xt], prim(rstd), move |g, [dx]| {
+        [dx.then(|| prim(xh.clone() * (tensor::<D>(g) * rs.clone() * rs.clone()).mul_scalar(-1.0 / width as f64)))]
+    });
+    Some((wrap(y), wrap(x_hat_node), wrap(rstd_node)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{max_abs_diff, noise};
+    use super::*;
+    use burn::tensor::activation::softmax;
+    use burn::tensor::{DType, TensorData};
+
+    type T = Train;
+
+    fn f32_tensor<const D: usize>(shape: [usize; D], scale: f32, salt: usize) -> Tensor<T, D> {
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = noise(n + salt, scale).split_off(salt);
+        // Explicitly f32: the other tests in this binary pin the CPU's default dtype to f64.
+        Tensor::from_data(TensorData::new(values, shape), (&Default::default(), DType::F32))
+    }
+
+    fn tracked<const D: usize>(shape: [usize; D], salt: usize) -> Tensor<T, D> {
+        f32_tensor(shape, 1.0, salt).require_grad()
+    }
+
+    fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+        t.into_data().convert::<f32>().into_vec().unwrap()
+    }
+
+    /// `max |ours - burn| / max |burn|`.
+    fn rel(ours: &[f32], burn: &[f32]) -> f32 {
+        max_abs_diff(ours, burn) / burn.iter().fold(1e-12f32, |m, v| m.max(v.abs()))
+    }
+
+    /// Forward values and the gradients of `sum(out * r)` with respect to `inputs`, from the
+    /// kernel node (`ours`) and from burn's own ops (`burn`), agree within 2e-5 relative.
+    macro_rules! check_grads {
+        ($ours:expr, $burn:expr, $r:expr, [$($input:expr),+]) => {{
+            let (ours, burn) = ($ours, $burn);
+            assert!(rel(&values(ours.clone()), &values(burn.clone())) < 2e-5, "forward differs");
+            let g_ours = (ours * $r.clone()).sum().backward();
+            let g_burn = (burn * $r.clone()).sum().backward();
+            $(
+                let e = rel(&values($input.grad(&g_ours).unwrap()), &values($input.grad(&g_burn).unwrap()));
+                println!("{}: relative gradient error {e:.1e}", stringify!($input));
+                assert!(e < 2e-5, "gradient of {} differs: {e:.1e}", stringify!($input));
+            )+
+        }};
+    }
+
+    #[test]
+    fn linear_node_matches_burn() {
+        let (x, w, b) = (tracked([2, 5, 6], 0), tracked([6, 4], 1), tracked([4], 2));
+        let r = f32_tensor([2, 5, 4], 1.0, 3);
+        let burn = x.clone().matmul(w.clone().unsqueeze()) + b.clone().unsqueeze();
+        check_grads!(super::super::linear(x.clone(), w.clone(), Some(b.clone())), burn, r, [x, w, b]);
+
+        // A VJP's transposed weight, without a bias.
+        let (x, w) = (tracked([2, 5, 4], 4), tracked([6, 4], 5));
+        let r = f32_tensor([2, 5, 6], 1.0, 6);
+        let burn = x.clone().matmul(w.clone().transpose().unsqueeze());
+        check_grads!(super::super::linear(x.clone(), w.clone().transpose(), None), burn, r, [x, w]);
+    }
+
+    #[test]
+    fn matmul_node_matches_burn() {
+        let (a, b) = (tracked([2, 3, 5, 4], 7), tracked([2, 3, 5, 4], 8));
+        let r = f32_tensor([2, 3, 5, 5], 1.0, 9);
+        let burn = a.clone().matmul(b.clone().swap_dims(2, 3));
+        check_grads!(super::super::matmul(a.clone(), b.clone().swap_dims(2, 3)), burn, r, [a, b]);
+    }
+
+    #[test]
+    fn normal_cdf_node_matches_burn() {
+        let x = f32_tensor([3, 7, 5], 2.0, 10).require_grad();
+        let r = f32_tensor([3, 7, 5], 1.0, 11);
+        let burn = x.clone().mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5);
+        // The kernel's erf is within 1.5e-7 (Abramowitz & Stegun), so the forward agrees to ~1e-6.
+        check_grads!(super::super::normal_cdf(x.clone()), burn, r, [x]);
+    }
+
+    #[test]
+    fn attention_probs_node_matches_burn() {
+        let scores = f32_tensor([2, 3, 4, 5], 3.0, 12).require_grad();
+        let mut bias = vec![0.0f32; 10];
+        bias[8..].fill(-1e9); // the second item's last two keys are padding
+        let bias = Tensor::<T, 4>::from_data(TensorData::new(bias, [2, 1, 1, 5]), (&Default::default(), DType::F32));
+        let r = f32_tensor([2, 3, 4, 5], 1.0, 13);
+        let burn = softmax(scores.clone().mul_scalar(0.5) + bias.clone(), 3);
+        check_grads!(super::super::attention_probs(scores.clone(), 0.5, &bias), burn, r, [scores]);
+    }
+
+    #[test]
+    fn layer_norm_nodes_match_burn() {
+        let (x, gamma, beta) = (f32_tensor([2, 5, 8], 3.0, 14).require_grad(), tracked([8], 15), tracked([8], 16));
+        let r: [Tensor<T, 3>; 3] = [f32_tensor([2, 5, 8], 1.0, 17), f32_tensor([2, 5, 8], 1.0, 18), f32_tensor([2, 5, 1], 1.0, 19)];
+        let eps = 1e-12;
+        let (y, x_hat, rstd) = super::super::layer_norm(x.clone(), gamma.clone(), Some(beta.clone()), eps);
+        let centered = x.clone() - x.clone().mean_dim(2);
+        let burn_rstd = (centered.clone() * centered.clone()).mean_dim(2).add_scalar(eps).sqrt().recip();
+        let burn_x_hat = centered * burn_rstd.clone();
+        let burn_y = burn_x_hat.clone() * gamma.clone().unsqueeze() + beta.clone().unsqueeze();
+        // All three outputs at once, as the IM-connection's VJP uses them.
+        let ours = (y * r[0].clone()).sum() + (x_hat * r[1].clone()).sum() + (rstd * r[2].clone()).sum();
+        let burn = (burn_y * r[0].clone()).sum() + (burn_x_hat * r[1].clone()).sum() + (burn_rstd * r[2].clone()).sum();
+        check_grads!(ours, burn, f32_tensor([1], 1.0, 20), [x, gamma, beta]);
+    }
+
+    /// A weight that asks for no gradient gets none, and the input's gradient is unchanged.
+    #[test]
+    fn untracked_parents_get_no_gradient() {
+        let (x, w) = (tracked([3, 6], 21), f32_tensor([6, 4], 1.0, 22));
+        let grads = super::super::linear(x.clone(), w.clone(), None).sum().backward();
+        assert!(w.grad(&grads).is_none());
+        let expected = w.clone().sum_dim(1).reshape([1, 6]).repeat_dim(0, 3);
+        assert!(max_abs_diff(&values(x.grad(&grads).unwrap()), &values(expected)) < 1e-5);
+    }
+}
