@@ -242,6 +242,7 @@ pub fn attention_probs<B: Backend>(scores: Tensor<B, 4>, scale: f64, bias: &Tens
 /// Softmax input-gradient, scaled: `scale * p * (dp - sum(dp * p))` along the last dimension
 /// (`scale` is the attention's `1 / sqrt(head_dim)`, folded in here instead of a pass of its own).
 pub fn softmax_backward<B: Backend, const D: usize>(dprobs: Tensor<B, D>, probs: &Tensor<B, D>, scale: f64) -> Tensor<B, D> {
+    train_node!(autodiff::softmax_backward(&dprobs, probs, scale));
     let width = probs.dims()[D - 1];
     let scale_f32 = scale as f32;
     let kernel = |_: usize, d: &mut [f32], [p]: [&[f32]; 1]| {
@@ -270,6 +271,7 @@ pub fn normal_cdf_backward<B: Backend, const D: usize>(g: Tensor<B, D>, x: &Tens
 /// Input-gradient of the exact GELU `x Phi(x)`: `dout * (Phi(x) + x phi(x))`, with `Phi(x)` kept
 /// from the forward.
 pub fn gelu_backward<B: Backend, const D: usize>(dout: Tensor<B, D>, x: &Tensor<B, D>, cdf: &Tensor<B, D>) -> Tensor<B, D> {
+    train_node!(autodiff::gelu_backward(&dout, x, cdf));
     let inv_sqrt_2pi = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
     let inv_sqrt_2pi_f32 = inv_sqrt_2pi as f32;
     let kernel = |_: usize, d: &mut [f32], [x, c]: [&[f32]; 2]| {
@@ -292,6 +294,7 @@ pub fn layer_norm_backward<B: Backend, const D: usize>(
     rstd: &Tensor<B, D>,
     gamma: Tensor<B, 1>,
 ) -> Tensor<B, D> {
+    train_node!(autodiff::layer_norm_backward(&dout, x_hat, rstd, &gamma));
     let width = x_hat.dims()[D - 1];
     let composed = |dout: Tensor<B, D>, gamma: Tensor<B, 1>| {
         let g = dout * gamma.unsqueeze();
