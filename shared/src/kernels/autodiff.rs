@@ -282,17 +282,13 @@ pub(super) fn gelu_backward<B: Backend, const D: usize>(
 }
 
 fn gelu_backward_input<const D: usize>(g: Tensor<Inner, D>, d: &Tensor<Inner, D>, x: &Tensor<Inner, D>) -> Tensor<Inner, D> {
-    let inv_sqrt_2pi = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
-    let c = inv_sqrt_2pi as f32;
     let kernel = |_: usize, g: &mut [f32], [d, x]: [&[f32]; 2]| {
         for ((g, &d), &x) in g.iter_mut().zip(d).zip(x) {
-            *g *= d * (-0.5 * x * x).exp() * c * (1.0 - x * x);
+            *g *= d * super::pdf_f32(x) * (1.0 - x * x);
         }
     };
-    super::rows_in_place(g, [d, x], kernel).unwrap_or_else(|g| {
-        let x2 = x.clone() * x.clone();
-        g * d.clone() * x2.clone().mul_scalar(-0.5).exp().mul_scalar(inv_sqrt_2pi) * x2.neg().add_scalar(1.0)
-    })
+    super::rows_in_place(g, [d, x], kernel)
+        .unwrap_or_else(|g| g * d.clone() * super::normal_pdf(x) * (x.clone() * x.clone()).neg().add_scalar(1.0))
 }
 
 /// [`super::layer_norm_backward`], `o = r (h - mean(h) - x_hat mean(h x_hat))` with

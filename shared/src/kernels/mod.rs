@@ -5,11 +5,9 @@
 //! reshapes copy even contiguous arrays, so every `matmul` copied its inputs and output. When
 //! the backend is burn-ndarray with f32 data (inference: evaluation, attacks, IM's inner loop,
 //! the demo's CPU fallback), the functions here run one pass split over threads, and GEMMs on
-//! views. On every other backend, f64 and autodiff included, they compose burn's own ops, so
-//! training and the gradient checks see exactly the code they always did.
-//!
-//! Under `Autodiff<NdArray<f32>>` (CPU training), [`autodiff`] records each of these functions
-//! as one node whose backward runs on the same kernels.
+//! views. Under `Autodiff<NdArray<f32>>` (CPU training), [`autodiff`] records each of them as
+//! one node whose backward runs on the same kernels. On every other backend (f64, wgpu, cuda)
+//! they compose burn's own ops, so the f64 gradient checks see burn's code.
 //!
 //! The backend is recognised at run time (`Any` on the tensor primitive), which keeps the model
 //! generic over `B: Backend` instead of adding a kernel trait to every bound in the code base.
@@ -259,30 +257,21 @@ pub fn softmax_backward<B: Backend, const D: usize>(dprobs: Tensor<B, D>, probs:
 
 /// Input-gradient of [`normal_cdf`]: `g phi(x)`, with `phi` the standard normal density.
 pub fn normal_cdf_backward<B: Backend, const D: usize>(g: Tensor<B, D>, x: &Tensor<B, D>) -> Tensor<B, D> {
-    let inv_sqrt_2pi = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
-    let inv_sqrt_2pi_f32 = inv_sqrt_2pi as f32;
-    let kernel = |_: usize, d: &mut [f32], [x]: [&[f32]; 1]| {
-        d.iter_mut().zip(x).for_each(|(d, &x)| *d *= (-0.5 * x * x).exp() * inv_sqrt_2pi_f32);
-    };
-    rows_in_place(g, [x], kernel)
-        .unwrap_or_else(|g| g * (x.clone() * x.clone()).mul_scalar(-0.5).exp().mul_scalar(inv_sqrt_2pi))
+    let kernel = |_: usize, d: &mut [f32], [x]: [&[f32]; 1]| d.iter_mut().zip(x).for_each(|(d, &x)| *d *= pdf_f32(x));
+    rows_in_place(g, [x], kernel).unwrap_or_else(|g| g * normal_pdf(x))
 }
 
 /// Input-gradient of the exact GELU `x Phi(x)`: `dout * (Phi(x) + x phi(x))`, with `Phi(x)` kept
 /// from the forward.
 pub fn gelu_backward<B: Backend, const D: usize>(dout: Tensor<B, D>, x: &Tensor<B, D>, cdf: &Tensor<B, D>) -> Tensor<B, D> {
     train_node!(autodiff::gelu_backward(&dout, x, cdf));
-    let inv_sqrt_2pi = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
-    let inv_sqrt_2pi_f32 = inv_sqrt_2pi as f32;
     let kernel = |_: usize, d: &mut [f32], [x, c]: [&[f32]; 2]| {
         for ((d, &x), &c) in d.iter_mut().zip(x).zip(c) {
-            *d *= c + x * (-0.5 * x * x).exp() * inv_sqrt_2pi_f32;
+            *d *= c + x * pdf_f32(x);
         }
     };
     rows_in_place(dout, [x, cdf], kernel).unwrap_or_else(|dout| {
-        // x * x, not powi: the CPU backend computes powers with a scalar powf per element.
-        let pdf = (x.clone() * x.clone()).mul_scalar(-0.5).exp().mul_scalar(inv_sqrt_2pi);
-        dout * (cdf.clone() + x.clone() * pdf)
+        dout * (cdf.clone() + x.clone() * normal_pdf(x))
     })
 }
 
@@ -420,6 +409,18 @@ fn cdf_f32(x: f32) -> f32 {
     let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152 + t * 1.061_405_4))));
     let erf = (1.0 - poly * (-z * z).exp()).copysign(x);
     0.5 * (1.0 + erf)
+}
+
+/// The standard normal density `phi(x) = exp(-x^2 / 2) / sqrt(2 pi)`.
+fn pdf_f32(x: f32) -> f32 {
+    const INV_SQRT_2PI: f32 = 0.398_942_3;
+    (-0.5 * x * x).exp() * INV_SQRT_2PI
+}
+
+/// `phi(x)` from burn's ops, for the composed paths. (`x * x`, not powi: the CPU backend computes
+/// powers with a scalar powf per element.)
+fn normal_pdf<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Tensor<B, D> {
+    (x.clone() * x.clone()).mul_scalar(-0.5).exp().mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt())
 }
 
 /// Softmax of one row in place. Max-subtracted, as burn's: padded keys carry -1e9 and must come
