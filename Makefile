@@ -28,6 +28,8 @@ PY_PKGS := transformers==5.24.0 safetensors==0.8.0 numpy \
 	"cuda-bindings>=13.0.3,<14" nvidia-cudnn-cu13==9.26.0.51 nvidia-cusparselt-cu13==0.8.1 \
 	nvidia-nccl-cu13==2.30.7 nvidia-nvshmem-cu13==3.7.2
 PIP     := $(PY) -m pip install --disable-pip-version-check --no-cache-dir -q
+# Where `cargo install` puts the web tools (below), for shells that do not have it on PATH yet.
+export PATH := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin:$(PATH)
 
 .PHONY: run test model venv rust-test wasm-check python-check references bench
 
@@ -47,7 +49,7 @@ rust-test: model
 	$(CARGO) test -p imbert-tests --features openblas --test hf_parity --test im_gradient_f32
 
 ## The model code also builds for the browser.
-wasm-check:
+wasm-check: web-tools
 	$(CARGO) build -p web --target wasm32-unknown-unknown
 
 python-check: venv
@@ -87,7 +89,7 @@ bench: model venv
 ## The wasm build computes what the native build computes (tests/fixtures/web_reference.json):
 ## token ids, logits on burn-ndarray and on WebGPU (Chromium's SwiftShader), perturbations. Runs
 ## in headless Chromium via wasm-bindgen-test-runner (.cargo/config.toml, web/webdriver.json).
-browser-test:
+browser-test: web-tools
 	$(CARGO) test -p web --target wasm32-unknown-unknown --test browser
 
 tests/e2e/node_modules/.package-lock.json: tests/e2e/package.json tests/e2e/package-lock.json
@@ -111,6 +113,24 @@ web-bench: tests/e2e/node_modules/.package-lock.json demo-models
 
 .PHONY: browser-test e2e web-bench
 
+## The browser build's tools, each installed on first use from rustup and crates.io: the wasm32
+## target, wasm-bindgen-cli at the version Cargo.lock pins (Trunk.toml names the same one; its
+## test runner drives browser-test) and trunk. `cargo install --locked` can fail on a registry
+## mirror that lacks one of the pinned dependencies; then it resolves afresh. trunk: the newest,
+## else the last release known to build with rustc 1.95.
+WASM_BINDGEN := $(shell awk '$$0 == "name = \"wasm-bindgen\"" { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
+web-tools:
+	rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+	if [ "$$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $(WASM_BINDGEN)" ] \
+		|| ! command -v wasm-bindgen-test-runner >/dev/null; then \
+		$(CARGO) install --locked wasm-bindgen-cli --version $(WASM_BINDGEN) --force \
+		|| $(CARGO) install wasm-bindgen-cli --version $(WASM_BINDGEN) --force; fi
+	command -v trunk >/dev/null || $(CARGO) install --locked trunk --ignore-rust-version \
+		|| $(CARGO) install trunk --ignore-rust-version \
+		|| $(CARGO) install --locked trunk --ignore-rust-version --version 0.21.14
+
+.PHONY: web-tools
+
 ## The browser demo: builds the site with the demo models (fine-tuned and exported on first use,
 ## see `demo-models`) and serves it on http://127.0.0.1:8080.
 demo: demo-models
@@ -122,7 +142,7 @@ demo: demo-models
 ## AdvGLUE's annotated dev set for the presets when the data directory has it.
 SITE_MODELS ?= target/demo/site
 TRUNK_FLAGS ?= --release
-site:
+site: web-tools
 	test -f $(SITE_MODELS)/index.json || { echo "no $(SITE_MODELS)/index.json: run make demo-models"; exit 1; }
 	trunk build $(TRUNK_FLAGS)
 	rm -rf dist/models && cp -r $(SITE_MODELS) dist/models
