@@ -294,7 +294,7 @@ mod tests {
         let expected = model.forward(&input, Default::default()).logits.unwrap();
         let got = loaded.forward(&input, Default::default()).logits.unwrap();
         let diff: f64 = (expected - got).abs().max().into_scalar();
-        println!("max |logit difference| f32 vs int8 = {diff:.2e}");
+        println!("max |logit difference|, full-precision model vs int8 bundle = {diff:.2e}");
         assert!(diff < 1e-2, "{diff}");
     }
 
