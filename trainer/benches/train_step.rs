@@ -1,7 +1,8 @@
 //! One training step (forward, backward, AdamW) of MiniLM-L6 at batch 16, seq 128 on the CPU, for
 //! BERT and IM-BERT (T=5, all layers, exact second-order gradient), next to PyTorch eager doing
 //! the same step in the same run (`make bench` sets IMBERT_PYTHON). Prints examples/s and the
-//! time ratio; the target is at most 1.2x PyTorch's time.
+//! time ratio; the target is at most 1.2x PyTorch's time. Also times the AdamW update alone,
+//! ours (fused on the CPU) against burn's `AdamW`, on the same gradients.
 
 // The allocator the trainer runs with, so the figures are the trainer's.
 #[global_allocator]
@@ -16,6 +17,7 @@ use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{Int, Tensor, TensorData};
 use shared::checkpoint::load_for_task;
 use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
+use trainer::adamw::AdamW;
 
 #[path = "../../shared/benches/peer/mod.rs"]
 mod peer;
@@ -47,7 +49,7 @@ fn main() {
             continue;
         }
         let mut model: BertClassifier<B> = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
-        let mut optim = AdamWConfig::new().with_epsilon(1e-8).with_weight_decay(0.0).init::<B, BertClassifier<B>>();
+        let mut optim = AdamW::new(0.9, 0.999, 1e-8, 0.0).init::<B, BertClassifier<B>>();
         let mut times = Vec::new();
         for rep in 0..=REPS {
             let start = Instant::now();
@@ -63,6 +65,33 @@ fn main() {
         }
         times.sort_by(f64::total_cmp);
         ours.push((name, times[times.len() / 2]));
+    }
+
+    // The update alone (from the second step on, when the moments exist), on fresh gradients.
+    let mut update_times = [Vec::new(), Vec::new()];
+    if "adamw".contains(filter.as_str()) || "bert".contains(filter.as_str()) {
+        let mut fused = AdamW::new(0.9, 0.999, 1e-8, 0.0).init::<B, BertClassifier<B>>();
+        let mut burns = AdamWConfig::new().with_epsilon(1e-8).with_weight_decay(0.0).init::<B, BertClassifier<B>>();
+        let (mut a, mut b) = (base.clone(), base.clone());
+        for rep in 0..=REPS {
+            let grads = |m: &BertClassifier<B>| {
+                let loss = ce.forward(m.forward(&input, ForwardOptions::default()).logits.unwrap(), labels.clone());
+                GradientsParams::from_grads(loss.backward(), m)
+            };
+            let g = grads(&a);
+            let start = Instant::now();
+            a = fused.step(2e-5, a, g);
+            let _ = a.bert.pooler.dense.weight.val().into_data();
+            let fused_secs = start.elapsed().as_secs_f64();
+            let g = grads(&b);
+            let start = Instant::now();
+            b = burns.step(2e-5, b, g);
+            let _ = b.bert.pooler.dense.weight.val().into_data();
+            if rep > 0 {
+                update_times[0].push(fused_secs);
+                update_times[1].push(start.elapsed().as_secs_f64());
+            }
+        }
     }
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/train_step_torch.py");
@@ -82,6 +111,13 @@ fn main() {
             pt.map_or("n/a".into(), |p| format!("{p:.3}")),
             pt.map_or("n/a".into(), |p| format!("{:.2}x", secs / p))
         );
+    }
+    let [fused, burns] = update_times.map(|mut t| {
+        t.sort_by(f64::total_cmp);
+        t.get(t.len() / 2).copied()
+    });
+    if let (Some(fused), Some(burns)) = (fused, burns) {
+        println!("AdamW update alone: ours {:.1} ms, burn's AdamW {:.1} ms ({:.2}x)", fused * 1e3, burns * 1e3, fused / burns);
     }
     if torch.is_none() {
         println!("(PyTorch column skipped: set IMBERT_PYTHON, or run `make bench`)");

@@ -14,7 +14,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use burn::module::AutodiffModule;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, Optimizer, SgdConfig};
+use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer, SgdConfig};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::module::Module;
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -26,6 +26,7 @@ use shared::checkpoint::{load_for_task, save_classifier};
 use shared::data::{self, Example, Task};
 use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
 
+use crate::adamw::AdamW;
 use crate::backend::BackendKind;
 use crate::datasets;
 use crate::evaluate::{self, predict};
@@ -284,11 +285,7 @@ pub fn train<B: AutodiffBackend>(
 ) -> Result<TrainSummary> {
     match config.optimizer.as_str() {
         "adamw" => {
-            let optim = AdamWConfig::new()
-                .with_beta_1(config.adam_beta1 as f32)
-                .with_beta_2(config.adam_beta2 as f32)
-                .with_epsilon(config.adam_eps as f32)
-                .with_weight_decay(config.weight_decay as f32)
+            let optim = AdamW::new(config.adam_beta1 as f32, config.adam_beta2 as f32, config.adam_eps as f32, config.weight_decay as f32)
                 .init::<B, BertClassifier<B>>();
             train_with(config, run_dir, options, device, optim)
         }

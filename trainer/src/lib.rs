@@ -1,6 +1,7 @@
 //! The trainer's library: every subcommand is a module with its `Args` and a `run` function;
 //! `main.rs` only parses the command line and reports errors.
 
+pub mod adamw;
 pub mod attack;
 pub mod backend;
 pub mod datasets;

@@ -18,6 +18,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_ndarray::{NdArrayTensor, SharedArray};
+use ndarray::ArrayD;
 
 #[cfg(not(target_arch = "wasm32"))]
 mod autodiff;
@@ -490,6 +491,96 @@ fn rows_in_place<B: Backend, const D: usize, const N: usize>(
     #[cfg(target_arch = "wasm32")]
     buf.chunks_mut(block_rows * width.max(1)).enumerate().for_each(run);
     Ok(from_cpu_f32(out))
+}
+
+/// AdamW's settings at one optimizer step, for [`adamw_update`].
+#[derive(Clone, Copy, Debug)]
+pub struct AdamWStep {
+    pub lr: f64,
+    pub beta_1: f32,
+    pub beta_2: f32,
+    pub epsilon: f32,
+    /// Decoupled weight decay.
+    pub weight_decay: f32,
+    /// Steps taken including this one (1 at the first), for the bias corrections.
+    pub time: usize,
+}
+
+/// The tensors of one parameter's AdamW update: the parameter, its gradient and the moments
+/// (`None` before the first step, i.e. zero).
+pub struct AdamWTensors<B: Backend, const D: usize> {
+    pub param: Tensor<B, D>,
+    pub grad: Tensor<B, D>,
+    pub moments: Option<(Tensor<B, D>, Tensor<B, D>)>,
+}
+
+/// One AdamW update as burn's `AdamW` computes it, returning `[param, moment_1, moment_2]`
+/// after the step: `m = b1 m + (1 - b1) g`, `v = b2 v + (1 - b2) g^2`,
+/// `param = param (1 - lr wd) - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)`.
+///
+/// On burn-ndarray with f32 data this is one pass over the four arrays, split over threads and
+/// written in place, with burn's arithmetic element by element (so the results are equal bit for
+/// bit). burn's optimizer makes about fifteen passes, one per op: 130 ms against 63 ms for a
+/// MiniLM update (the `train_step` bench). Elsewhere the tensors come back untouched as the
+/// error, for burn's own optimizer.
+pub fn adamw_update<B: Backend, const D: usize>(
+    step: &AdamWStep,
+    tensors: AdamWTensors<B, D>,
+) -> Result<[Tensor<B, D>; 3], AdamWTensors<B, D>> {
+    let AdamWTensors { param, grad, moments } = tensors;
+    let mut param = match cpu_f32(param) {
+        Ok(p) => p,
+        Err(param) => return Err(AdamWTensors { param, grad, moments }),
+    };
+    let back = |param, grad, moments| Err(AdamWTensors { param: from_cpu_f32(param), grad, moments });
+    let grad = match cpu_f32(grad) {
+        Ok(g) if g.shape() == param.shape() => g,
+        Ok(g) => return back(param, from_cpu_f32(g), moments),
+        Err(grad) => return back(param, grad, moments),
+    };
+    let (mut m, mut v) = match moments {
+        None => (ArrayD::zeros(param.raw_dim()).into_shared(), ArrayD::zeros(param.raw_dim()).into_shared()),
+        Some((m, v)) => match (cpu_f32(m), cpu_f32(v)) {
+            (Ok(m), Ok(v)) if m.shape() == param.shape() && v.shape() == param.shape() => (m, v),
+            (m, v) => {
+                let restore = |a: Result<SharedArray<f32>, Tensor<B, D>>| a.map_or_else(|t| t, from_cpu_f32);
+                return back(param, from_cpu_f32(grad), Some((restore(m), restore(v))));
+            }
+        },
+    };
+    let AdamWStep { lr, beta_1, beta_2, epsilon, weight_decay, time } = *step;
+    let (factor_1, factor_2) = (1.0 - beta_1, 1.0 - beta_2);
+    let time = time.min(i32::MAX as usize) as i32;
+    let (correction_1, correction_2) = (1.0 - beta_1.powi(time), 1.0 - beta_2.powi(time));
+    let decay_rate = lr * weight_decay as f64;
+    let (keep, lr) = ((1.0 - decay_rate) as f32, lr as f32);
+    let g = grad.as_slice().expect("standard layout");
+    let slices = (
+        param.as_slice_mut().expect("standard layout"),
+        m.as_slice_mut().expect("standard layout"),
+        v.as_slice_mut().expect("standard layout"),
+    );
+    // The same operations in the same order as burn's optimizer, element by element.
+    let update = |(p, m, v, g): (&mut [f32], &mut [f32], &mut [f32], &[f32])| {
+        for i in 0..p.len() {
+            m[i] = m[i] * beta_1 + g[i] * factor_1;
+            v[i] = v[i] * beta_2 + (g[i] * g[i]) * factor_2;
+            let delta = (m[i] / correction_1) / ((v[i] / correction_2).sqrt() + epsilon);
+            let decayed = if decay_rate == 0.0 { p[i] } else { p[i] * keep };
+            p[i] = decayed - delta * lr;
+        }
+    };
+    const BLOCK: usize = 1 << 15;
+    let blocks = slices.0.chunks_mut(BLOCK).zip(slices.1.chunks_mut(BLOCK)).zip(slices.2.chunks_mut(BLOCK)).zip(g.chunks(BLOCK));
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        let blocks: Vec<_> = blocks.map(|(((p, m), v), g)| (p, m, v, g)).collect();
+        blocks.into_par_iter().for_each(update);
+    }
+    #[cfg(target_arch = "wasm32")]
+    blocks.map(|(((p, m), v), g)| (p, m, v, g)).for_each(update);
+    Ok([from_cpu_f32(param), from_cpu_f32(m), from_cpu_f32(v)])
 }
 
 /// `x`'s f32 array in standard (row-major, contiguous) layout when `B` is burn-ndarray holding
