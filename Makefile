@@ -98,8 +98,10 @@ tests/e2e/node_modules/.package-lock.json: tests/e2e/package.json tests/e2e/pack
 ## The demo end to end in headless Chromium, on WebGPU and with ?backend=cpu: type, perturb,
 ## move the T slider, check probabilities, charts and escaping; screenshots in target/e2e/.
 ## The page loads the models listed in dist/models/index.json.
-# The CPU fallback by default: on SwiftShader the MiniLM page needs ~10 minutes per verdict, so
-# WebGPU is checked by browser-test (tiny model, same code path); E2E_BACKENDS=webgpu,cpu adds it.
+# The CPU fallback by default: on SwiftShader (Chromium's software GPU) the MiniLM page takes
+# minutes (the whole WebGPU run took 9.5 min on a loaded 2-core machine; on another machine no
+# verdict came within 10 min). WebGPU is checked by browser-test (tiny model, same code path);
+# E2E_BACKENDS=webgpu,cpu adds it.
 E2E_BACKENDS ?= cpu
 e2e: tests/e2e/node_modules/.package-lock.json e2e-models
 	$(MAKE) site SITE_MODELS=target/e2e/site
