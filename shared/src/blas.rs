@@ -14,6 +14,17 @@ use std::ffi::{c_char, CStr};
 #[cfg(feature = "openblas")]
 extern "C" {
     fn openblas_get_corename() -> *const c_char;
+    fn openblas_set_num_threads(threads: std::ffi::c_int);
+}
+
+/// Makes OpenBLAS run each GEMM on the thread that calls it, once per process: the kernels
+/// split GEMMs over rayon's pool themselves (see `kernels::gemm_by_rows`), so a second pool
+/// would only compete with the first for the same cores.
+#[cfg(feature = "openblas")]
+pub(crate) fn calling_thread_only() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: stores an integer in OpenBLAS's settings, which each GEMM reads when it starts.
+    ONCE.call_once(|| unsafe { openblas_set_num_threads(1) });
 }
 
 /// The GEMM burn-ndarray runs in this build, for benchmark headers and logs.

@@ -13,6 +13,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
+use crate::kernels::{descent_step, masked_residual};
 use crate::layer::{BertLayer, LayerContext};
 use crate::Error;
 
@@ -78,9 +79,8 @@ impl ImplicitEuler {
         token_mask: &Tensor<B, 3>,
         record_residuals: bool,
     ) -> ImplicitStep<B> {
-        let residual = |z: &Tensor<B, 3>, phi_z: Tensor<B, 3>| {
-            (z.clone() - h_prev.clone() - phi_z) * token_mask.clone()
-        };
+        // (z - h_{t-1} - phi_z) * mask, one pass on the CPU.
+        let residual = |z: &Tensor<B, 3>, phi_z: Tensor<B, 3>| masked_residual(z, &h_prev, phi_z, token_mask);
         let mut residuals = Vec::new();
 
         // z_0 = h_{t-1} + phi_t(h_{t-1}): start from the explicit Euler step.
@@ -99,9 +99,8 @@ impl ImplicitEuler {
                 InnerGradient::Exact => phi.vjp(&cache, r.clone()),
                 InnerGradient::Detached => phi.vjp(&cache.detach(), r.clone().detach()),
             };
-            let grad = (r - jtr).mul_scalar(2.0);
-            // z <- z - gamma * grad
-            z = z - grad.mul_scalar(self.gamma);
+            // z <- z - gamma * grad, one pass on the CPU.
+            z = descent_step(&z, &r, jtr, 2.0 * self.gamma);
         }
 
         if record_residuals {

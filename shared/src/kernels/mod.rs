@@ -18,7 +18,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_ndarray::{NdArrayTensor, SharedArray};
-use ndarray::ArrayD;
+use ndarray::{ArrayD, ArrayViewMut2};
 
 #[cfg(not(target_arch = "wasm32"))]
 mod autodiff;
@@ -83,7 +83,7 @@ fn splitmix64(mut z: u64) -> u64 {
 /// `Phi(x) = (1 + erf(x / sqrt 2)) / 2`, the standard normal CDF (exact GELU is `x Phi(x)`).
 pub fn normal_cdf<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     train_node!(autodiff::normal_cdf(&x));
-    match on_cpu_f32(x, |_, buf| for_blocks(buf, 1 << 14, |b| b.iter_mut().for_each(|v| *v = cdf_f32(*v)))) {
+    match on_cpu_f32(x, |_, buf| for_blocks(buf, 1 << 14, cdf_in_place)) {
         Ok(y) => y,
         Err(x) => x.mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5),
     }
@@ -93,6 +93,9 @@ pub fn normal_cdf<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 /// `gelu`, whose backward differentiates the tanh approximation), so autodiff differentiates the
 /// true function.
 pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> (Tensor<B, D>, Tensor<B, D>) {
+    if let Some(pair) = gelu_cpu_f32(&x) {
+        return pair;
+    }
     let cdf = normal_cdf(x.clone());
     let kernel = |_: usize, y: &mut [f32], [c]: [&[f32]; 1]| y.iter_mut().zip(c).for_each(|(y, c)| *y *= c);
     let y = rows_in_place(x, [&cdf], kernel).unwrap_or_else(|x| x * cdf.clone());
@@ -125,7 +128,7 @@ fn linear_cpu_f32<B: Backend, const D: usize>(
     weight: &Tensor<B, 2>,
     bias: Option<&Tensor<B, 1>>,
 ) -> Option<Tensor<B, D>> {
-    use ndarray::{linalg::general_mat_mul, Array2, Ix2};
+    use ndarray::{Array2, Ix2};
     let x = cpu_f32(x.clone()).ok()?;
     let weight = cpu_f32_any_layout(weight.clone()).ok()?;
     let bias = match bias {
@@ -140,17 +143,57 @@ fn linear_cpu_f32<B: Backend, const D: usize>(
     }
     let rows = x.len() / features.max(1);
     let x = x.view().into_shape_with_order((rows, features)).ok()?;
-    let (mut y, beta) = match &bias {
-        Some(b) => {
-            let b = b.as_slice()?;
-            let init: Vec<f32> = (0..rows).flat_map(|_| b.iter().copied()).collect();
-            (Array2::from_shape_vec((rows, out), init).ok()?, 1.0)
-        }
-        None => (Array2::zeros((rows, out)), 0.0),
+    let bias = match &bias {
+        Some(b) => Some(b.as_slice()?),
+        None => None,
     };
-    general_mat_mul(1.0, &x, &weight, beta, &mut y);
+    let mut y = Array2::<f32>::zeros((rows, out));
+    // The bias is the GEMM's initial `C`, written by each part's own thread.
+    let init = |mut part: ArrayViewMut2<f32>| {
+        if let Some(b) = bias {
+            part.rows_mut().into_iter().for_each(|mut row| row.iter_mut().zip(b).for_each(|(y, b)| *y = *b));
+        }
+    };
+    gemm_by_rows(x, weight, if bias.is_some() { 1.0 } else { 0.0 }, y.view_mut(), init);
     shape[D - 1] = out;
     Some(from_cpu_f32(y.into_shape_with_order(shape).ok()?.into_shared()))
+}
+
+/// `c = a b + beta c`, with the rows of `c` and `a` split into one part per thread of rayon's
+/// pool, each part one GEMM on its thread, after `init` has filled that part of `c`.
+///
+/// With OpenBLAS, its own thread pool is switched off ([`crate::blas::calling_thread_only`]): its
+/// threads spin for a while after each GEMM, and on a small machine they took the cores from
+/// the rayon kernels between GEMMs (a third of a forward's profile was `sched_yield`). One pool
+/// for everything avoids that. `matrixmultiply` threads itself and gets the product whole.
+fn gemm_by_rows(
+    a: ndarray::ArrayView2<f32>,
+    b: ndarray::ArrayView2<f32>,
+    beta: f32,
+    mut c: ArrayViewMut2<f32>,
+    init: impl Fn(ArrayViewMut2<f32>) + Sync,
+) {
+    use ndarray::linalg::general_mat_mul;
+    let whole = |a: ndarray::ArrayView2<f32>, mut c: ArrayViewMut2<f32>| {
+        init(c.view_mut());
+        general_mat_mul(1.0, &a, &b, beta, &mut c);
+    };
+    #[cfg(all(feature = "openblas", not(target_arch = "wasm32")))]
+    {
+        use ndarray::Axis;
+        use rayon::prelude::*;
+        crate::blas::calling_thread_only();
+        let rows = c.nrows();
+        // Below ~1 MFLOP a part costs less than handing it to another thread.
+        let threads = rayon::current_num_threads().min(rows.max(1)).min(1 + a.len() * b.ncols() / 500_000);
+        if threads > 1 {
+            let part = rows.div_ceil(threads);
+            let parts: Vec<_> = a.axis_chunks_iter(Axis(0), part).zip(c.axis_chunks_iter_mut(Axis(0), part)).collect();
+            parts.into_par_iter().for_each(|(a, c)| whole(a, c));
+            return;
+        }
+    }
+    whole(a, c.view_mut());
 }
 
 /// Batched matrix product `[b, h, m, k] x [b, h, k, n]` (attention's products; no broadcasting).
@@ -167,7 +210,7 @@ pub fn matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> {
 }
 
 fn matmul_cpu_f32<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B, 4>) -> Option<Tensor<B, 4>> {
-    use ndarray::{linalg::general_mat_mul, s, Array3, ArrayViewMut2, Ix4};
+    use ndarray::{linalg::general_mat_mul, s, Array3, Ix4};
     let a = cpu_f32_any_layout(a.clone()).ok()?;
     let b = cpu_f32_any_layout(b.clone()).ok()?;
     let (a, b) = (a.view().into_dimensionality::<Ix4>().ok()?, b.view().into_dimensionality::<Ix4>().ok()?);
@@ -175,6 +218,8 @@ fn matmul_cpu_f32<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B, 4>) -> Option<Tens
     if (d0, d1, k) != (e0, e1, k2) {
         return None; // burn's own op broadcasts or reports the mismatch
     }
+    #[cfg(feature = "openblas")]
+    crate::blas::calling_thread_only(); // the blocks run in parallel instead
     let mut c = Array3::<f32>::zeros((d0 * d1, m, n));
     let blocks: Vec<(usize, ArrayViewMut2<f32>)> = c.outer_iter_mut().enumerate().collect();
     let product = |(index, mut out): (usize, ArrayViewMut2<f32>)| {
@@ -194,7 +239,7 @@ fn matmul_cpu_f32<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B, 4>) -> Option<Tens
 /// `x^T g` summed over all rows: the weight gradient of [`linear`], `[in, out]` from `x`
 /// `[.., in]` and `g` `[.., out]`. One GEMM on a transposed view on burn-ndarray with f32 data.
 pub fn weight_gradient<B: Backend, const D: usize>(x: Tensor<B, D>, g: Tensor<B, D>) -> Tensor<B, 2> {
-    use ndarray::{linalg::general_mat_mul, Array2};
+    use ndarray::Array2;
     let (features, out) = (x.dims()[D - 1], g.dims()[D - 1]);
     let composed = |x: Tensor<B, D>, g: Tensor<B, D>| x.reshape([-1, features as i32]).transpose().matmul(g.reshape([-1, out as i32]));
     let (x_f32, g_f32) = match (cpu_f32(x.clone()), cpu_f32(g.clone())) {
@@ -211,7 +256,7 @@ pub fn weight_gradient<B: Backend, const D: usize>(x: Tensor<B, D>, g: Tensor<B,
         return composed(x, g); // burn's own op reports the mismatch
     }
     let mut w = Array2::<f32>::zeros((features, out));
-    general_mat_mul(1.0, &xv.t(), &gv, 0.0, &mut w);
+    gemm_by_rows(xv.t(), gv, 0.0, w.view_mut(), |_| ());
     from_cpu_f32(w.into_dyn().into_shared())
 }
 
@@ -238,6 +283,52 @@ pub fn attention_probs<B: Backend>(scores: Tensor<B, 4>, scale: f64, bias: &Tens
     rows_in_place(scores, [], kernel).unwrap_or_else(composed)
 }
 
+/// [`gelu`] on burn-ndarray with f32 data: one pass reads `x` and writes both outputs. (As two
+/// kernels, each copied `x` first, since the caller keeps `x` for the backward.)
+fn gelu_cpu_f32<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Option<(Tensor<B, D>, Tensor<B, D>)> {
+    let x = cpu_f32(x.clone()).ok()?;
+    let xs = x.as_slice()?;
+    let (mut y, mut cdf) = (vec![0.0f32; xs.len()], vec![0.0f32; xs.len()]);
+    const BLOCK: usize = 1 << 14;
+    let blocks = xs.chunks(BLOCK).zip(y.chunks_mut(BLOCK)).zip(cdf.chunks_mut(BLOCK));
+    let run = |((x, y), c): ((&[f32], &mut [f32]), &mut [f32])| gelu_and_cdf(x, y, c);
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        blocks.collect::<Vec<_>>().into_par_iter().for_each(run);
+    }
+    #[cfg(target_arch = "wasm32")]
+    blocks.for_each(run);
+    let shaped = |v: Vec<f32>| ArrayD::from_shape_vec(x.shape(), v).ok().map(|a| from_cpu_f32(a.into_shared()));
+    Some((shaped(y)?, shaped(cdf)?))
+}
+
+/// IM-BERT's residual `(z - h - phi) * mask` in one pass over `phi`'s buffer, with `mask`
+/// `[batch, seq, 1]` (1 on real tokens).
+pub fn masked_residual<B: Backend>(z: &Tensor<B, 3>, h: &Tensor<B, 3>, phi: Tensor<B, 3>, mask: &Tensor<B, 3>) -> Tensor<B, 3> {
+    let width = phi.dims()[2];
+    let kernel = |_: usize, out: &mut [f32], [z, h, mask]: [&[f32]; 3]| {
+        let rows = out.chunks_mut(width).zip(z.chunks(width)).zip(h.chunks(width)).zip(mask);
+        for (((out, z), h), &m) in rows {
+            for ((o, &z), &h) in out.iter_mut().zip(z).zip(h) {
+                *o = (z - h - *o) * m;
+            }
+        }
+    };
+    rows_in_place(phi, [z, h, mask], kernel).unwrap_or_else(|phi| (z.clone() - h.clone() - phi) * mask.clone())
+}
+
+/// A gradient-descent step `z - step * (r - jtr)` in one pass over `jtr`'s buffer.
+pub fn descent_step<B: Backend>(z: &Tensor<B, 3>, r: &Tensor<B, 3>, jtr: Tensor<B, 3>, step: f64) -> Tensor<B, 3> {
+    let step_f32 = step as f32;
+    let kernel = |_: usize, out: &mut [f32], [z, r]: [&[f32]; 2]| {
+        for ((o, &z), &r) in out.iter_mut().zip(z).zip(r) {
+            *o = z - step_f32 * (r - *o);
+        }
+    };
+    rows_in_place(jtr, [z, r], kernel).unwrap_or_else(|jtr| z.clone() - (r.clone() - jtr).mul_scalar(step))
+}
+
 /// Softmax input-gradient, scaled: `scale * p * (dp - sum(dp * p))` along the last dimension
 /// (`scale` is the attention's `1 / sqrt(head_dim)`, folded in here instead of a pass of its own).
 pub fn softmax_backward<B: Backend, const D: usize>(dprobs: Tensor<B, D>, probs: &Tensor<B, D>, scale: f64) -> Tensor<B, D> {
@@ -245,10 +336,7 @@ pub fn softmax_backward<B: Backend, const D: usize>(dprobs: Tensor<B, D>, probs:
     let width = probs.dims()[D - 1];
     let scale_f32 = scale as f32;
     let kernel = |_: usize, d: &mut [f32], [p]: [&[f32]; 1]| {
-        for (d, p) in d.chunks_mut(width).zip(p.chunks(width)) {
-            let dot: f32 = d.iter().zip(p).map(|(a, b)| a * b).sum();
-            d.iter_mut().zip(p).for_each(|(d, p)| *d = scale_f32 * p * (*d - dot));
-        }
+        d.chunks_mut(width).zip(p.chunks(width)).for_each(|(d, p)| softmax_backward_row(d, p, scale_f32));
     };
     rows_in_place(dprobs, [probs], kernel).unwrap_or_else(|dprobs| {
         let dot = (dprobs.clone() * probs.clone()).sum_dim(D - 1);
@@ -258,7 +346,7 @@ pub fn softmax_backward<B: Backend, const D: usize>(dprobs: Tensor<B, D>, probs:
 
 /// Input-gradient of [`normal_cdf`]: `g phi(x)`, with `phi` the standard normal density.
 pub fn normal_cdf_backward<B: Backend, const D: usize>(g: Tensor<B, D>, x: &Tensor<B, D>) -> Tensor<B, D> {
-    let kernel = |_: usize, d: &mut [f32], [x]: [&[f32]; 1]| d.iter_mut().zip(x).for_each(|(d, &x)| *d *= pdf_f32(x));
+    let kernel = |_: usize, d: &mut [f32], [x]: [&[f32]; 1]| times_pdf(d, x);
     rows_in_place(g, [x], kernel).unwrap_or_else(|g| g * normal_pdf(x))
 }
 
@@ -266,11 +354,7 @@ pub fn normal_cdf_backward<B: Backend, const D: usize>(g: Tensor<B, D>, x: &Tens
 /// from the forward.
 pub fn gelu_backward<B: Backend, const D: usize>(dout: Tensor<B, D>, x: &Tensor<B, D>, cdf: &Tensor<B, D>) -> Tensor<B, D> {
     train_node!(autodiff::gelu_backward(&dout, x, cdf));
-    let kernel = |_: usize, d: &mut [f32], [x, c]: [&[f32]; 2]| {
-        for ((d, &x), &c) in d.iter_mut().zip(x).zip(c) {
-            *d *= c + x * pdf_f32(x);
-        }
-    };
+    let kernel = |_: usize, d: &mut [f32], [x, c]: [&[f32]; 2]| times_gelu_derivative(d, x, c);
     rows_in_place(dout, [x, cdf], kernel).unwrap_or_else(|dout| {
         dout * (cdf.clone() + x.clone() * normal_pdf(x))
     })
@@ -401,21 +485,81 @@ fn layer_norm_cpu_f32<B: Backend, const D: usize>(
     ))
 }
 
+/// Defines `fn $name` twice over: as written, and compiled for AVX2 + FMA, which it runs when
+/// the CPU has them. The workspace builds for baseline x86-64 (SSE2, four lanes), so without this
+/// the per-element loops below would use half of an AVX2 register, and calls to libm's `expf` not
+/// at all. Helpers the body calls must be `#[inline(always)]` to be compiled into both.
+macro_rules! vectorised {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                #[target_feature(enable = "avx2,fma")]
+                fn wide($($arg: $ty),*) $(-> $ret)? $body
+                // SAFETY: the CPU has the features `wide` was compiled for (checked above).
+                return unsafe { wide($($arg),*) };
+            }
+            $body
+        }
+    };
+}
+
+/// `e^x` in f32, within 2 ulp of the exact value, as straight-line code the compiler vectorises
+/// (libm's `expf` is a call per element). Below -87.3 it is 0 (f32's normal range ends there),
+/// above 88 it is `e^88`, and NaN stays NaN. Range reduction `x = n ln 2 + r` with `|r| <= ln 2 / 2`, then Cephes'
+/// degree-5 minimax polynomial for `e^r`, then `2^n` built in the exponent bits.
+#[inline(always)]
+fn exp_f32(x: f32) -> f32 {
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let clamped = x.clamp(-88.0, 88.0); // NaN stays NaN
+    let shifted = clamped * std::f32::consts::LOG2_E + ROUND;
+    let n = shifted - ROUND;
+    // ln 2 in two parts, so `n * LN2_HI` is exact.
+    let r = clamped - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let p = 1.987_569_1e-4;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 0.166_666_65;
+    let p = p * r + 0.5;
+    let e_r = p * (r * r) + r + 1.0;
+    let two_n = f32::from_bits(shifted.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23);
+    if x < -87.3 { 0.0 } else { e_r * two_n }
+}
+
+/// `f(acc, x)` folded over `x` in 8 independent lanes, then the lanes: a sum or max the compiler
+/// can vectorise (a single accumulator makes each step wait on the last).
+#[inline(always)]
+fn fold_lanes(x: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut lanes = [init; 8];
+    let mut chunks = x.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane = f(*lane, v);
+        }
+    }
+    let tail = chunks.remainder().iter().fold(init, |a, &v| f(a, v));
+    lanes.into_iter().fold(tail, &f)
+}
+
 /// `Phi(x)` with `erf` from Abramowitz & Stegun 7.1.26 (error below 1.5e-7): one `exp` and no
 /// branches, about twice as fast as `libm::erff`. In f32 the result is within 4e-7 of `Phi`
 /// (test below), near f32's resolution of `Phi` close to 1.
+#[inline(always)]
 fn cdf_f32(x: f32) -> f32 {
     let z = (x * std::f32::consts::FRAC_1_SQRT_2).abs();
     let t = 1.0 / (1.0 + 0.327_591_1 * z);
     let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152 + t * 1.061_405_4))));
-    let erf = (1.0 - poly * (-z * z).exp()).copysign(x);
+    let erf = (1.0 - poly * exp_f32(-z * z)).copysign(x);
     0.5 * (1.0 + erf)
 }
 
 /// The standard normal density `phi(x) = exp(-x^2 / 2) / sqrt(2 pi)`.
+#[inline(always)]
 fn pdf_f32(x: f32) -> f32 {
     const INV_SQRT_2PI: f32 = 0.398_942_3;
-    (-0.5 * x * x).exp() * INV_SQRT_2PI
+    exp_f32(-0.5 * x * x) * INV_SQRT_2PI
 }
 
 /// `phi(x)` from burn's ops, for the composed paths. (`x * x`, not powi: the CPU backend computes
@@ -424,17 +568,64 @@ fn normal_pdf<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Tensor<B, D> {
     (x.clone() * x.clone()).mul_scalar(-0.5).exp().mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt())
 }
 
-/// Softmax of one row in place. Max-subtracted, as burn's: padded keys carry -1e9 and must come
-/// out as exactly 0.
-pub(crate) fn softmax_row(row: &mut [f32]) {
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    let mut sum = 0.0;
-    for v in row.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
+vectorised! {
+    /// Softmax of one row in place. Max-subtracted, as burn's: padded keys carry -1e9 and must
+    /// come out as exactly 0.
+    pub(crate) fn softmax_row(row: &mut [f32]) {
+        let max = fold_lanes(row, f32::NEG_INFINITY, f32::max);
+        row.iter_mut().for_each(|v| *v = exp_f32(*v - max));
+        let inv = 1.0 / fold_lanes(row, 0.0, |a, b| a + b);
+        row.iter_mut().for_each(|v| *v *= inv);
     }
-    let inv = 1.0 / sum;
-    row.iter_mut().for_each(|v| *v *= inv);
+}
+
+vectorised! {
+    /// `Phi(x)` of each element, in place.
+    fn cdf_in_place(x: &mut [f32]) {
+        x.iter_mut().for_each(|v| *v = cdf_f32(*v));
+    }
+}
+
+vectorised! {
+    /// `y = x Phi(x)` and `cdf = Phi(x)`, element by element.
+    fn gelu_and_cdf(x: &[f32], y: &mut [f32], cdf: &mut [f32]) {
+        for ((&x, y), c) in x.iter().zip(y.iter_mut()).zip(cdf.iter_mut()) {
+            *c = cdf_f32(x);
+            *y = x * *c;
+        }
+    }
+}
+
+vectorised! {
+    /// `d *= phi(x)`, element by element.
+    fn times_pdf(d: &mut [f32], x: &[f32]) {
+        d.iter_mut().zip(x).for_each(|(d, &x)| *d *= pdf_f32(x));
+    }
+}
+
+vectorised! {
+    /// `d *= Phi(x) + x phi(x)`, the exact GELU's derivative, with `Phi(x)` given.
+    fn times_gelu_derivative(d: &mut [f32], x: &[f32], cdf: &[f32]) {
+        for ((d, &x), &c) in d.iter_mut().zip(x).zip(cdf) {
+            *d *= c + x * pdf_f32(x);
+        }
+    }
+}
+
+vectorised! {
+    /// One row of [`softmax_backward`], in place over `d`.
+    fn softmax_backward_row(d: &mut [f32], p: &[f32], scale: f32) {
+        let mut products = [0.0f32; 8];
+        let (mut d_chunks, mut p_chunks) = (d.chunks_exact(8), p.chunks_exact(8));
+        for (dc, pc) in (&mut d_chunks).zip(&mut p_chunks) {
+            for ((acc, a), b) in products.iter_mut().zip(dc).zip(pc) {
+                *acc += a * b;
+            }
+        }
+        let tail: f32 = d_chunks.remainder().iter().zip(p_chunks.remainder()).map(|(a, b)| a * b).sum();
+        let dot = products.into_iter().fold(tail, |a, b| a + b);
+        d.iter_mut().zip(p).for_each(|(d, p)| *d = scale * p * (*d - dot));
+    }
 }
 
 /// Runs `kernel(shape, buffer)` in place on `x`'s f32 data when `B` is burn-ndarray holding f32,
@@ -712,6 +903,49 @@ mod tests {
         assert!(diff < 4e-7, "{diff}");
     }
 
+    /// Within 2 ulp of f64's `exp` over f32's normal range; 0 below it (a padded key's score);
+    /// NaN stays NaN; above 88 it saturates at `e^88`.
+    #[test]
+    fn exp_kernel_matches_f64_exp() {
+        let mut worst = 0.0f64;
+        for i in -87_000..=88_000 {
+            let x = i as f32 / 1000.0;
+            let exact = (x as f64).exp();
+            worst = worst.max((exp_f32(x) as f64 - exact).abs() / exact);
+        }
+        println!("exp_f32: max relative error {worst:.2e} ({:.2} ulp)", worst / f32::EPSILON as f64);
+        assert!(worst < 2.0 * f32::EPSILON as f64, "{worst}");
+        assert_eq!(exp_f32(0.0), 1.0);
+        for x in [-87.4, -100.0, -1e9, f32::NEG_INFINITY] {
+            assert_eq!(exp_f32(x), 0.0, "exp({x})");
+        }
+        assert!(exp_f32(f32::NAN).is_nan());
+        assert_eq!(exp_f32(1e9), exp_f32(88.0));
+    }
+
+    /// The row kernels run the AVX2 copy on this machine when it has AVX2: it must agree with
+    /// f64 softmax, keep NaN (the trainer stops on it) and give masked keys exactly 0.
+    #[test]
+    fn softmax_row_matches_f64_and_keeps_nan() {
+        for width in [1, 7, 8, 128, 131] {
+            let row: Vec<f32> = noise(width, 6.0);
+            let mut ours = row.clone();
+            softmax_row(&mut ours);
+            let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+            let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+            for (&o, &v) in ours.iter().zip(&row) {
+                let exact = (v as f64 - max).exp() / sum;
+                assert!((o as f64 - exact).abs() <= 1e-6 * exact.max(1e-3), "width {width}: {o} vs {exact}");
+            }
+        }
+        let mut masked = vec![0.5, -1e9, 2.0, -1e9];
+        softmax_row(&mut masked);
+        assert_eq!((masked[1], masked[3]), (0.0, 0.0));
+        let mut with_nan = vec![0.5, f32::NAN, 2.0];
+        softmax_row(&mut with_nan);
+        assert!(with_nan.iter().all(|v| v.is_nan()), "{with_nan:?}");
+    }
+
     /// The fused kernel (f32 CPU) against the composed ops (the same call under autodiff).
     fn fused_vs_composed<const D: usize>(
         shapes: &[[usize; D]],
@@ -808,6 +1042,40 @@ mod tests {
     fn gelu_kernel_matches_composed() {
         let rel = fused_vs_composed(&[[3, 4, 50]], 3.0, |t| gelu(t[0].clone()).0, |t| gelu(t[0].clone()).0);
         assert!(rel < 1e-6, "{rel}");
+    }
+
+    /// And the second output, `Phi(x)`, of the one-pass kernel.
+    #[test]
+    fn gelu_cdf_output_matches_composed() {
+        let rel = fused_vs_composed(&[[3, 4, 50]], 3.0, |t| gelu(t[0].clone()).1, |t| gelu(t[0].clone()).1);
+        assert!(rel < 1e-6, "{rel}");
+    }
+
+    /// The implicit Euler step's two one-pass updates (a row weight for the mask, then a 0/1
+    /// mask that must zero whole rows).
+    #[test]
+    fn im_update_kernels_match_composed() {
+        let residual = fused_vs_composed(
+            &[[3, 4, 50], [3, 4, 50], [3, 4, 50], [3, 4, 1]],
+            2.0,
+            |t| masked_residual(&t[0], &t[1], t[2].clone(), &t[3]),
+            |t| masked_residual(&t[0], &t[1], t[2].clone(), &t[3]),
+        );
+        let zeroed = values(masked_residual(
+            &f32_tensor::<Cpu, 3>(noise(600, 1.0), [3, 4, 50]),
+            &f32_tensor(noise(601, 1.0)[1..].to_vec(), [3, 4, 50]),
+            f32_tensor(noise(602, 1.0)[2..].to_vec(), [3, 4, 50]),
+            &f32_tensor(vec![1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0], [3, 4, 1]),
+        ));
+        assert!(zeroed[50..100].iter().chain(&zeroed[550..600]).all(|&v| v == 0.0));
+        assert!(zeroed[..50].iter().any(|&v| v != 0.0));
+        let step = fused_vs_composed(
+            &[[3, 4, 50]; 3],
+            2.0,
+            |t| descent_step(&t[0], &t[1], t[2].clone(), 0.2),
+            |t| descent_step(&t[0], &t[1], t[2].clone(), 0.2),
+        );
+        assert!(residual < 1e-6 && step < 1e-6, "{residual} {step}");
     }
 
     #[test]
