@@ -43,6 +43,7 @@ fn input() -> BertInput<B> {
 }
 
 fn main() {
+    shared::allocator::keep_freed_pages();
     let dir = model_dir();
     let (base, _) = load_classifier::<B>(&dir, Some(2), &Default::default())
         .unwrap_or_else(|e| panic!("{e}: run `make model` first"));

@@ -1,8 +1,8 @@
 //! The matrix products of one MiniLM layer (batch 16, seq 128) on the CPU backend, next to
 //! PyTorch's on the same machine in the same run.
 //!
-//! The forward benchmark is a ratio of whole passes; this one separates the GEMM library from
-//! everything around it. The summary adds the products up per BERT forward (6 layers), which is
+//! The forward benchmark is a ratio of whole passes; this one separates the GEMMs from
+//! everything around them. The summary adds the products up per BERT forward (6 layers), which is
 //! the least time any forward built on this GEMM can take, and sets it beside PyTorch's. Run by
 //! `make bench`; without IMBERT_PYTHON the PyTorch column is skipped and said so.
 
@@ -15,6 +15,7 @@ use std::time::Duration;
 use burn::backend::NdArray;
 use burn::tensor::{Distribution, Tensor};
 use criterion::Criterion;
+use shared::kernels;
 use std::hint::black_box;
 
 mod peer;
@@ -38,22 +39,24 @@ fn flops(lhs: [usize; 4], rhs: [usize; 4]) -> f64 {
 }
 
 fn main() {
+    shared::allocator::keep_freed_pages();
     let mut c = Criterion::default()
         .sample_size(20)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .configure_from_args();
     let mut group = c.benchmark_group("minilm_gemm");
-    // burn-ndarray computes eagerly: the product is done when `matmul` returns.
+    // The products as the model runs them (`kernels::linear` and `kernels::matmul`, split over
+    // rayon's threads); burn-ndarray computes eagerly, so each is done when the call returns.
     let device = Default::default();
     for (name, lhs, rhs, _) in PRODUCTS {
         let a = Tensor::<B, 4>::random(lhs, Distribution::Normal(0.0, 1.0), &device);
         let b = Tensor::<B, 4>::random(rhs, Distribution::Normal(0.0, 1.0), &device);
         if lhs[0] * lhs[1] == 1 {
             let (a, b): (Tensor<B, 2>, Tensor<B, 2>) = (a.squeeze_dims(&[0, 1]), b.squeeze_dims(&[0, 1]));
-            group.bench_function(name, |bench| bench.iter(|| black_box(a.clone().matmul(b.clone()))));
+            group.bench_function(name, |bench| bench.iter(|| black_box(kernels::linear(a.clone(), b.clone(), None))));
         } else {
-            group.bench_function(name, |bench| bench.iter(|| black_box(a.clone().matmul(b.clone()))));
+            group.bench_function(name, |bench| bench.iter(|| black_box(kernels::matmul(a.clone(), b.clone()))));
         }
     }
     group.finish();

@@ -253,8 +253,11 @@ mod tests {
         assert!(err.contains("bundle/imbert.json") && err.contains("task"), "{err}");
     }
 
+    /// A bundle's four files and the model they hold.
+    type BundleFiles = (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, BertClassifier<B>);
+
     /// A tiny random classifier as a bundle's four files.
-    fn tiny_bundle_files(connection: &str, labels: usize) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, BertClassifier<B>) {
+    fn tiny_bundle_files(connection: &str, labels: usize) -> BundleFiles {
         let device = Default::default();
         let mut config = BertConfig::tiny();
         config.vocab_size = 16;

@@ -8,13 +8,16 @@
 //! - [`model`]: embeddings, encoder, pooler and classification head.
 //! - [`checkpoint`]: HF directories in and out; [`tokenizer`]: WordPiece batches.
 //! - [`quantize`], [`bundle`]: int8 weights, model cards and the browser's model bundles.
-//! - [`blas`]: the CPU backend's GEMM (OpenBLAS with feature `openblas`).
+//! - [`blas`]: the CPU backend's GEMM (OpenBLAS with feature `openblas`); [`allocator`]: the
+//!   native binaries' mimalloc settings.
 //! - [`flops`]: analytic FLOP counts per example (BERT, EX, IM with its VJPs).
 //! - [`perturb`], [`neighbours`], [`attack`]: text perturbations and the TextFooler attack.
 //!
 //! Everything is generic over burn's `Backend` and compiles for wasm32, so the trainer and the
 //! browser demo share one definition.
 
+#[cfg(not(target_arch = "wasm32"))]
+pub mod allocator;
 pub mod attack;
 pub mod blas;
 pub mod bundle;

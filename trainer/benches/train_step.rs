@@ -28,6 +28,7 @@ const SEQ: usize = 128;
 const REPS: usize = 3;
 
 fn main() {
+    shared::allocator::keep_freed_pages();
     let dir = std::env::var_os("IMBERT_MINILM")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/all-minilm-l6-v2"));

@@ -284,7 +284,7 @@ fn add_run_metrics(card: &mut ModelCard, source: &Path, eval: Option<&Path>) -> 
     if let Some(run_dir) = run_dir {
         let metrics = run_dir.join("metrics.jsonl");
         if !card.metrics.contains_key("validation") && metrics.exists() {
-            let best = run::read_jsonl::<EpochMetrics>(&metrics)?.into_iter().filter(|m| m.best).next_back();
+            let best = run::read_jsonl::<EpochMetrics>(&metrics)?.into_iter().rfind(|m| m.best);
             if let Some(m) = best {
                 card.metrics.insert("validation".into(), m.val_accuracy);
             }

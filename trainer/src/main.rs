@@ -4,7 +4,8 @@
 use clap::{Parser, Subcommand};
 use trainer::*;
 
-// Keeps freed tensor buffers instead of returning them to the OS (see the workspace Cargo.toml).
+// Keeps freed tensor buffers instead of returning them to the OS (see the workspace Cargo.toml
+// and `shared::allocator`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -38,6 +39,7 @@ enum Command {
 }
 
 fn main() {
+    shared::allocator::keep_freed_pages();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
