@@ -13,7 +13,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
-use crate::kernels::{descent_step, masked_residual};
+use crate::kernels::{add_residual, descent_step, masked_residual};
 use crate::layer::{BertLayer, LayerContext};
 use crate::Error;
 
@@ -84,7 +84,7 @@ impl ImplicitEuler {
         let mut residuals = Vec::new();
 
         // z_0 = h_{t-1} + phi_t(h_{t-1}): start from the explicit Euler step.
-        let mut z = h_prev.clone() + phi.forward(h_prev.clone(), ctx);
+        let mut z = add_residual(phi.forward(h_prev.clone(), ctx), None, h_prev.clone());
 
         for _ in 0..self.iterations {
             // One forward feeds both r and the VJP.

@@ -14,7 +14,10 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use crate::config::BertConfig;
-use crate::kernels::{attention_probs, gelu, gelu_backward, layer_norm, layer_norm_backward, linear, matmul, softmax_backward};
+use crate::kernels::{
+    add_residual, attention_probs, gelu, gelu_backward, layer_norm, layer_norm_backward, linear, matmul, softmax_backward,
+    times_keep,
+};
 
 /// Additive attention bias of padded keys: large enough that softmax gives them exactly 0.
 pub const MASKED_SCORE: f32 = -1.0e9;
@@ -94,7 +97,8 @@ pub struct LayerCache<B: Backend> {
     q: Tensor<B, 4>, // [batch, heads, seq, head_dim]
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
-    probs: Tensor<B, 4>, // [batch, heads, seq, seq], before dropout
+    probs: Tensor<B, 4>,         // [batch, heads, seq, seq], before dropout
+    probs_dropped: Tensor<B, 4>, // after dropout (`probs` itself without)
     probs_keep: Option<Tensor<B, 4>>,
     attention_keep: Option<Tensor<B, 3>>,
     ln1: LayerNormCache<B>,
@@ -115,6 +119,7 @@ impl<B: Backend> LayerCache<B> {
             k: d4(self.k),
             v: d4(self.v),
             probs: d4(self.probs),
+            probs_dropped: d4(self.probs_dropped),
             probs_keep: self.probs_keep.map(d4),
             attention_keep: self.attention_keep.map(d3),
             ln1: self.ln1.detach(),
@@ -181,12 +186,12 @@ impl<B: Backend> BertLayer<B> {
         let probs = attention_probs(scores, scale, &ctx.attention_bias);
         let probs_keep = dropout_mask(&probs, ctx.attention_dropout);
         let probs_dropped = apply_keep(probs.clone(), &probs_keep);
-        let context = matmul(probs_dropped, v.clone()).swap_dims(1, 2).reshape([batch, seq, hidden]);
+        let context = matmul(probs_dropped.clone(), v.clone()).swap_dims(1, 2).reshape([batch, seq, hidden]);
 
         // Attention output: dense -> dropout -> residual -> LayerNorm.
         let attn = dense(&self.attention.output.dense, context);
         let attention_keep = dropout_mask(&attn, ctx.hidden_dropout);
-        let attn = apply_keep(attn, &attention_keep) + hidden_states;
+        let attn = add_residual(attn, attention_keep.as_ref(), hidden_states);
         let (x1, ln1) = layer_norm_forward(attn, &self.attention.output.layer_norm, self.attention.output.eps);
 
         // Feed-forward: dense -> exact GELU -> dense -> dropout -> residual -> LayerNorm.
@@ -194,7 +199,7 @@ impl<B: Backend> BertLayer<B> {
         let (gelu_out, gelu_cdf) = gelu(gelu_in.clone());
         let ffn = dense(&self.output.dense, gelu_out);
         let ffn_keep = dropout_mask(&ffn, ctx.hidden_dropout);
-        let ffn = apply_keep(ffn, &ffn_keep) + x1;
+        let ffn = add_residual(ffn, ffn_keep.as_ref(), x1);
         let (y, ln2) = layer_norm_forward(ffn, &self.output.layer_norm, self.output.eps);
 
         let cache = LayerCache {
@@ -202,6 +207,7 @@ impl<B: Backend> BertLayer<B> {
             k,
             v,
             probs,
+            probs_dropped,
             probs_keep,
             attention_keep,
             ln1,
@@ -229,14 +235,13 @@ impl<B: Backend> BertLayer<B> {
         let dgelu_out = linear_input_backward(&self.output.dense, dffn_dense); // [b, s, i]
         let dgelu_in = gelu_backward(dgelu_out, &cache.gelu_in, &cache.gelu_cdf);
         // term 1: the residual path; term 2: through the intermediate dense.
-        let dx1 = dffn + linear_input_backward(&self.intermediate.dense, dgelu_in);
+        let dx1 = add_residual(linear_input_backward(&self.intermediate.dense, dgelu_in), None, dffn);
 
         // Attention block, reversed.
         let dattn = layer_norm_backward_cached(dx1, &cache.ln1, &self.attention.output.layer_norm);
         let dattn_dense = apply_keep(dattn.clone(), &cache.attention_keep);
         let dcontext = split(linear_input_backward(&self.attention.output.dense, dattn_dense));
-        let probs_dropped = apply_keep(cache.probs.clone(), &cache.probs_keep);
-        let dv = matmul(probs_dropped.swap_dims(2, 3), dcontext.clone()); // [b, nh, s, dh]
+        let dv = matmul(cache.probs_dropped.clone().swap_dims(2, 3), dcontext.clone()); // [b, nh, s, dh]
         let dprobs = apply_keep(matmul(dcontext, cache.v.clone().swap_dims(2, 3)), &cache.probs_keep);
         // Gradient of the scaled scores `q k^T / sqrt(d)`, the scale included.
         let scale = (head_dim as f64).powf(-0.5);
@@ -246,7 +251,7 @@ impl<B: Backend> BertLayer<B> {
 
         // term 1: the residual path; term 2: through query, key and value, [dq dk dv] W_qkv^T.
         let dqkv = Tensor::cat(vec![merge(dq), merge(dk), merge(dv)], 2);
-        dattn + linear(dqkv, sa.qkv_weight().transpose(), None)
+        add_residual(linear(dqkv, sa.qkv_weight().transpose(), None), None, dattn)
     }
 }
 
@@ -296,7 +301,7 @@ fn dropout_mask<B: Backend, const D: usize>(like: &Tensor<B, D>, p: f64) -> Opti
 /// Dropout forward and backward are the same product with the keep mask.
 fn apply_keep<B: Backend, const D: usize>(x: Tensor<B, D>, keep: &Option<Tensor<B, D>>) -> Tensor<B, D> {
     match keep {
-        Some(k) => x * k.clone(),
+        Some(k) => times_keep(x, k),
         None => x,
     }
 }

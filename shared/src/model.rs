@@ -12,6 +12,7 @@ use burn::tensor::{Distribution, Int, Tensor};
 
 use crate::config::BertConfig;
 use crate::implicit_euler::{Connection, ConnectionSpec};
+use crate::kernels::add_residual;
 use crate::layer::{layer_norm_forward, BertLayer, LayerContext, MASKED_SCORE};
 use crate::Error;
 
@@ -192,7 +193,7 @@ impl<B: Backend> BertClassifier<B> {
         for (t, (phi, connection)) in encoder.layer.iter().zip(&encoder.connections).enumerate() {
             h = match connection {
                 Connection::Monotone => phi.forward(h, &ctx),
-                Connection::Explicit => h.clone() + phi.forward(h, &ctx),
+                Connection::Explicit => add_residual(phi.forward(h.clone(), &ctx), None, h),
                 Connection::Implicit(im) => {
                     let step = im.step(phi, h, &ctx, &token_mask, options.im_residuals);
                     if options.im_residuals {

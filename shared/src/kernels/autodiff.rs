@@ -13,7 +13,7 @@ use std::any::{Any, TypeId};
 use std::sync::Arc;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Tensor, TensorPrimitive};
+use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_autodiff::checkpoint::{base::Checkpointer, strategy::NoCheckpointing};
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
@@ -326,6 +326,137 @@ pub(super) fn layer_norm_backward<B: Backend, const D: usize>(
     })))
 }
 
+// The glue between the kernels: dropout products, residual sums, IM-BERT's residual and descent
+// step. As burn's composed ops each of them was a one-thread pass forward and another back, on
+// every layer evaluation of every IM iteration.
+
+/// Whether `x` is the training backend's, holding f32.
+fn trains<B: Backend, const D: usize>(x: &Tensor<B, D>) -> bool {
+    TypeId::of::<B>() == TypeId::of::<Train>() && x.dtype() == DType::F32
+}
+
+/// [`unwrap`] by value; only called where [`trains`] holds.
+fn unwrap_owned<B: Backend, const D: usize>(x: Tensor<B, D>) -> TrainTensor {
+    let p = (Box::new(x.into_primitive().tensor()) as Box<dyn Any>).downcast::<TrainTensor>();
+    *p.expect("B is Autodiff<NdArray<f32>>")
+}
+
+/// `t`'s data, for a kernel to overwrite in place (after the op that made it nothing else holds
+/// it), and `t` without it, which still names its graph node: all that [`node`] reads of a parent.
+fn take_data<const D: usize>(mut t: TrainTensor) -> (Tensor<Inner, D>, TrainTensor) {
+    let empty = Tensor::<Inner, 1>::from_data(TensorData::new(Vec::<f32>::new(), [0]), (&Default::default(), DType::F32));
+    let data = std::mem::replace(&mut t.primitive, prim(empty));
+    (tensor(data), t)
+}
+
+/// A constant input's inner tensor (a dropout or token mask); `None` off the training backend or
+/// when it asks for a gradient, where burn's composed ops run instead.
+fn constant<B: Backend, const D: usize>(t: &Tensor<B, D>) -> Option<Tensor<Inner, D>> {
+    let t = unwrap(t)?;
+    t.node.clone_if_require_grad().is_none().then(|| inner::<D>(&t))
+}
+
+/// A fresh tensor shaped like `a`: `f(a, b)` element by element, with `b` of `a`'s shape or one
+/// value per row (`[.., 1]`). Two gradients from one without copying it first.
+fn combine<const D: usize>(a: &Tensor<Inner, D>, b: &Tensor<Inner, D>, f: impl Fn(f32, f32) -> f32 + Send + Sync) -> Tensor<Inner, D> {
+    let width = a.dims()[D - 1].max(1);
+    let kernel = |_: usize, out: &mut [f32], [a, b]: [&[f32]; 2]| {
+        if b.len() == a.len() {
+            out.iter_mut().zip(a).zip(b).for_each(|((o, &a), &b)| *o = f(a, b));
+        } else {
+            for ((out, a), &b) in out.chunks_mut(width).zip(a.chunks(width)).zip(b) {
+                out.iter_mut().zip(a).for_each(|(o, &a)| *o = f(a, b));
+            }
+        }
+    };
+    // burn's `zeros_like` fills a `TensorData` on one thread and then copies it.
+    let out = super::from_cpu_f32(ndarray::ArrayD::<f32>::zeros(a.dims().to_vec()).into_shared());
+    // Only an empty tensor (no rows) comes back unprocessed, and it is the answer.
+    super::rows_in_place(out, [a, b], kernel).unwrap_or_else(|empty| empty)
+}
+
+/// [`super::times_keep`], `x keep` with a constant mask: `dx = g keep`.
+pub(super) fn times_keep<B: Backend, const D: usize>(x: Tensor<B, D>, keep: &Tensor<B, D>) -> Result<Tensor<B, D>, Tensor<B, D>> {
+    let Some(keep) = constant(keep).filter(|_| trains(&x)) else { return Err(x) };
+    let (data, xt) = take_data::<D>(unwrap_owned(x));
+    let y = prim(super::times_keep(data, &keep));
+    Ok(wrap(node([&xt], y, move |g, [dx]| [dx.then(|| prim(super::times_keep(tensor::<D>(g), &keep)))])))
+}
+
+/// [`super::add_residual`], `x keep + residual` (`keep` constant, or none):
+/// `dx = g keep` (or `g`), `dresidual = g`.
+pub(super) fn add_residual<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    keep: Option<&Tensor<B, D>>,
+    residual: Tensor<B, D>,
+) -> Result<Tensor<B, D>, (Tensor<B, D>, Tensor<B, D>)> {
+    let keep = match keep.map(constant) {
+        Some(None) => return Err((x, residual)),
+        keep => keep.flatten(),
+    };
+    if !(trains(&x) && trains(&residual)) {
+        return Err((x, residual));
+    }
+    let (data, xt) = take_data::<D>(unwrap_owned(x));
+    let rt = unwrap_owned(residual);
+    let y = prim(super::add_residual(data, keep.as_ref(), inner::<D>(&rt)));
+    Ok(wrap(node([&xt, &rt], y, move |g, [dx, dr]| {
+        let g = tensor::<D>(g);
+        let dx = dx.then(|| prim(keep.as_ref().map_or_else(|| g.clone(), |k| combine(&g, k, |g, k| g * k))));
+        [dx, dr.then(|| prim(g))]
+    })))
+}
+
+/// [`super::masked_residual`], `r = (z - h - phi) m` with a constant token mask `m`:
+/// `dz = g m`, `dh = dphi = -g m`.
+pub(super) fn masked_residual<B: Backend>(
+    z: &Tensor<B, 3>,
+    h: &Tensor<B, 3>,
+    phi: Tensor<B, 3>,
+    mask: &Tensor<B, 3>,
+) -> Result<Tensor<B, 3>, Tensor<B, 3>> {
+    let (Some(zt), Some(ht), Some(mask)) = (unwrap(z), unwrap(h), constant(mask)) else { return Err(phi) };
+    if !trains(&phi) {
+        return Err(phi);
+    }
+    let (data, pt) = take_data::<3>(unwrap_owned(phi));
+    let y = prim(super::masked_residual(&inner::<3>(&zt), &inner::<3>(&ht), data, &mask));
+    Ok(wrap(node([&zt, &ht, &pt], y, move |g, [dz, dh, dphi]| {
+        let g = tensor::<3>(g);
+        let minus = (dh || dphi).then(|| prim(combine(&g, &mask, |g, m| -(g * m))));
+        [dz.then(|| prim(combine(&g, &mask, |g, m| g * m))), minus.clone().filter(|_| dh), minus.filter(|_| dphi)]
+    })))
+}
+
+/// [`super::descent_step`], `z - s (r - jtr)`: `dz = g`, `dr = -s g`, `djtr = s g`.
+pub(super) fn descent_step<B: Backend>(z: &Tensor<B, 3>, r: &Tensor<B, 3>, jtr: Tensor<B, 3>, step: f64) -> Result<Tensor<B, 3>, Tensor<B, 3>> {
+    let (Some(zt), Some(rt)) = (unwrap(z), unwrap(r)) else { return Err(jtr) };
+    if !trains(&jtr) {
+        return Err(jtr);
+    }
+    let (data, jt) = take_data::<3>(unwrap_owned(jtr));
+    let y = prim(super::descent_step(&inner::<3>(&zt), &inner::<3>(&rt), data, step));
+    let s = step as f32;
+    Ok(wrap(node([&zt, &rt, &jt], y, move |g, [dz, dr, djtr]| {
+        let g = tensor::<3>(g);
+        let dr = dr.then(|| prim(combine(&g, &g, |g, _| -s * g)));
+        let djtr = djtr.then(|| prim(combine(&g, &g, |g, _| s * g)));
+        [dz.then(|| prim(g)), dr, djtr]
+    })))
+}
+
+/// [`super::gelu`]: `y = x Phi(x)` and `Phi(x)` from one pass, as two nodes (the IM-connection's
+/// VJP differentiates through `Phi(x)` too): `dx = g (Phi(x) + x phi(x))` and `dx = g phi(x)`.
+pub(super) fn gelu<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Option<(Tensor<B, D>, Tensor<B, D>)> {
+    let xt = unwrap(x)?;
+    let x = inner::<D>(&xt);
+    let (y, cdf) = super::gelu(x.clone());
+    let (x_y, cdf_y) = (x.clone(), cdf.clone());
+    let y = node([&xt], prim(y), move |g, [dx]| [dx.then(|| prim(super::gelu_backward(tensor::<D>(g), &x_y, &cdf_y)))]);
+    let cdf = node([&xt], prim(cdf), move |g, [dx]| [dx.then(|| prim(super::normal_cdf_backward(tensor::<D>(g), &x)))]);
+    Some((wrap(y), wrap(cdf)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{max_abs_diff, noise};
@@ -470,6 +601,53 @@ mod tests {
         let burn = (h.clone() - h.clone().mean_dim(2) - x_hat.clone() * (h * x_hat).mean_dim(2)) * rstd;
         let (x_hat, rstd) = normalise();
         check_grads!(super::super::layer_norm_backward(d.clone(), &x_hat, &rstd, gamma.clone()), burn, r, [d, gamma, x]);
+    }
+
+    /// An inverted-dropout mask like [`super::super::dropout_keep`]'s: 0 or 2, as a constant.
+    fn keep_mask<const D: usize>(shape: [usize; D], salt: usize) -> Tensor<T, D> {
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = noise(n + salt, 1.0).split_off(salt).iter().map(|v| if *v > 0.0 { 2.0 } else { 0.0 }).collect();
+        Tensor::from_data(TensorData::new(values, shape), (&Default::default(), DType::F32))
+    }
+
+    #[test]
+    fn dropout_and_residual_nodes_match_burn() {
+        let (x, residual, keep) = (tracked([2, 5, 6], 40), tracked([2, 5, 6], 41), keep_mask([2, 5, 6], 42));
+        let r = f32_tensor([2, 5, 6], 1.0, 43);
+        let before = values(x.clone());
+        check_grads!(super::super::times_keep(x.clone(), &keep), x.clone() * keep.clone(), r, [x]);
+        let burn = x.clone() * keep.clone() + residual.clone();
+        check_grads!(super::super::add_residual(x.clone(), Some(&keep), residual.clone()), burn, r, [x, residual]);
+        let burn = x.clone() + residual.clone();
+        check_grads!(super::super::add_residual(x.clone(), None, residual.clone()), burn, r, [x, residual]);
+        // The kernels write in place only into a buffer nothing else holds.
+        assert_eq!(values(x), before);
+    }
+
+    #[test]
+    fn im_update_nodes_match_burn() {
+        let (z, h, phi) = (tracked([2, 4, 6], 44), tracked([2, 4, 6], 45), tracked([2, 4, 6], 46));
+        let mut mask = vec![1.0f32; 8];
+        mask[6..].fill(0.0); // the second item's last two tokens are padding
+        let mask = Tensor::<T, 3>::from_data(TensorData::new(mask, [2, 4, 1]), (&Default::default(), DType::F32));
+        let r = f32_tensor([2, 4, 6], 1.0, 47);
+        let burn = (z.clone() - h.clone() - phi.clone()) * mask.clone();
+        check_grads!(super::super::masked_residual(&z, &h, phi.clone(), &mask), burn, r, [z, h, phi]);
+
+        let (res, jtr) = (tracked([2, 4, 6], 48), tracked([2, 4, 6], 49));
+        let burn = z.clone() - (res.clone() - jtr.clone()).mul_scalar(0.2);
+        check_grads!(super::super::descent_step(&z, &res, jtr.clone(), 0.2), burn, r, [z, res, jtr]);
+    }
+
+    #[test]
+    fn gelu_nodes_match_burn() {
+        let x = f32_tensor([3, 4, 6], 2.0, 50).require_grad();
+        let r: [Tensor<T, 3>; 2] = [f32_tensor([3, 4, 6], 1.0, 51), f32_tensor([3, 4, 6], 1.0, 52)];
+        let (y, cdf) = super::super::gelu(x.clone());
+        let ours = (y * r[0].clone()).sum() + (cdf * r[1].clone()).sum();
+        let burn_cdf = x.clone().mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5);
+        let burn = ((x.clone() * burn_cdf.clone()) * r[0].clone()).sum() + (burn_cdf * r[1].clone()).sum();
+        check_grads!(ours, burn, f32_tensor([1], 1.0, 53), [x]);
     }
 
     /// A weight that asks for no gradient gets none, and the input's gradient is unchanged.

@@ -93,10 +93,11 @@ pub fn normal_cdf<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 /// `gelu`, whose backward differentiates the tanh approximation), so autodiff differentiates the
 /// true function.
 pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> (Tensor<B, D>, Tensor<B, D>) {
+    train_node!(autodiff::gelu(&x));
     if let Some(pair) = gelu_cpu_f32(&x) {
         return pair;
     }
-    // Every other backend, autodiff included: `normal_cdf` is its own node there.
+    // Every other backend: autodiff differentiates the composed ops.
     let cdf = normal_cdf(x.clone());
     (x * cdf.clone(), cdf)
 }
@@ -302,9 +303,53 @@ fn gelu_cpu_f32<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Option<(Tensor<
     Some((shaped(y)?, shaped(cdf)?))
 }
 
+/// Dropout with a keep mask from [`dropout_keep`]: `x * keep`, one pass over `x`'s buffer on the
+/// CPU. Its backward is the same product.
+pub fn times_keep<B: Backend, const D: usize>(x: Tensor<B, D>, keep: &Tensor<B, D>) -> Tensor<B, D> {
+    #[cfg(not(target_arch = "wasm32"))]
+    let x = match autodiff::times_keep(x, keep) {
+        Ok(y) => return y,
+        Err(x) => x,
+    };
+    if x.dims() != keep.dims() {
+        return x * keep.clone(); // burn's own op broadcasts or reports the mismatch
+    }
+    let kernel = |_: usize, out: &mut [f32], [keep]: [&[f32]; 1]| out.iter_mut().zip(keep).for_each(|(o, k)| *o *= k);
+    rows_in_place(x, [keep], kernel).unwrap_or_else(|x| x * keep.clone())
+}
+
+/// A sub-block's output joining the residual stream: `x * keep + residual`, with `keep` the
+/// sub-block's dropout mask (`None` when not training). One pass over `x`'s buffer on the CPU.
+pub fn add_residual<B: Backend, const D: usize>(x: Tensor<B, D>, keep: Option<&Tensor<B, D>>, residual: Tensor<B, D>) -> Tensor<B, D> {
+    let composed = |x: Tensor<B, D>, residual: Tensor<B, D>| match keep {
+        Some(keep) => x * keep.clone() + residual,
+        None => x + residual,
+    };
+    if x.dims() != residual.dims() || keep.is_some_and(|k| k.dims() != x.dims()) {
+        return composed(x, residual); // burn's own ops broadcast or report the mismatch
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    let (x, residual) = match autodiff::add_residual(x, keep, residual) {
+        Ok(y) => return y,
+        Err(pair) => pair,
+    };
+    let done = match keep {
+        Some(keep) => rows_in_place(x, [&residual, keep], |_, out, [r, k]| {
+            out.iter_mut().zip(r).zip(k).for_each(|((o, r), k)| *o = *o * k + r);
+        }),
+        None => rows_in_place(x, [&residual], |_, out, [r]| out.iter_mut().zip(r).for_each(|(o, r)| *o += r)),
+    };
+    done.unwrap_or_else(|x| composed(x, residual))
+}
+
 /// IM-BERT's residual `(z - h - phi) * mask` in one pass over `phi`'s buffer, with `mask`
 /// `[batch, seq, 1]` (1 on real tokens).
 pub fn masked_residual<B: Backend>(z: &Tensor<B, 3>, h: &Tensor<B, 3>, phi: Tensor<B, 3>, mask: &Tensor<B, 3>) -> Tensor<B, 3> {
+    #[cfg(not(target_arch = "wasm32"))]
+    let phi = match autodiff::masked_residual(z, h, phi, mask) {
+        Ok(r) => return r,
+        Err(phi) => phi,
+    };
     let width = phi.dims()[2];
     let kernel = |_: usize, out: &mut [f32], [z, h, mask]: [&[f32]; 3]| {
         let rows = out.chunks_mut(width).zip(z.chunks(width)).zip(h.chunks(width)).zip(mask);
@@ -319,6 +364,11 @@ pub fn masked_residual<B: Backend>(z: &Tensor<B, 3>, h: &Tensor<B, 3>, phi: Tens
 
 /// A gradient-descent step `z - step * (r - jtr)` in one pass over `jtr`'s buffer.
 pub fn descent_step<B: Backend>(z: &Tensor<B, 3>, r: &Tensor<B, 3>, jtr: Tensor<B, 3>, step: f64) -> Tensor<B, 3> {
+    #[cfg(not(target_arch = "wasm32"))]
+    let jtr = match autodiff::descent_step(z, r, jtr, step) {
+        Ok(z) => return z,
+        Err(jtr) => jtr,
+    };
     let step_f32 = step as f32;
     let kernel = |_: usize, out: &mut [f32], [z, r]: [&[f32]; 2]| {
         for ((o, &z), &r) in out.iter_mut().zip(z).zip(r) {
