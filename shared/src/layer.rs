@@ -15,8 +15,8 @@ use burn::tensor::Tensor;
 
 use crate::config::BertConfig;
 use crate::kernels::{
-    add_residual, attention_probs, gelu, gelu_backward, layer_norm, layer_norm_backward, linear, matmul, softmax_backward,
-    times_keep,
+    add_residual, attention_probs, gelu, gelu_backward, layer_norm, layer_norm_backward, linear, matmul, matmul_merged,
+    softmax_backward, split_heads, times_keep,
 };
 
 /// Additive attention bias of padded keys: large enough that softmax gives them exactly 0.
@@ -171,22 +171,18 @@ impl<B: Backend> BertLayer<B> {
         ctx: &LayerContext<B>,
     ) -> (Tensor<B, 3>, LayerCache<B>) {
         let sa = &self.attention.self_attention;
-        let [batch, seq, hidden] = hidden_states.dims();
         let heads = sa.num_heads;
-        let head_dim = hidden / heads;
-        let split = |t: Tensor<B, 3>| t.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
+        let head_dim = hidden_states.dims()[2] / heads;
 
         // Self-attention: softmax(q k^T / sqrt(d) + bias) v. One matmul computes q, k and v.
         let qkv = linear(hidden_states.clone(), sa.qkv_weight(), sa.qkv_bias()); // [b, s, 3h]
-        let q = split(qkv.clone().narrow(2, 0, hidden)); // [b, nh, s, dh]
-        let k = split(qkv.clone().narrow(2, hidden, hidden));
-        let v = split(qkv.narrow(2, 2 * hidden, hidden));
+        let [q, k, v] = [0, 1, 2].map(|part| split_heads(qkv.clone(), 3, part, heads)); // [b, nh, s, dh]
         let scale = (head_dim as f64).powf(-0.5);
         let scores = matmul(q.clone(), k.clone().swap_dims(2, 3)); // [b, nh, s, s]
         let probs = attention_probs(scores, scale, &ctx.attention_bias);
         let probs_keep = dropout_mask(&probs, ctx.attention_dropout);
         let probs_dropped = apply_keep(probs.clone(), &probs_keep);
-        let context = matmul(probs_dropped.clone(), v.clone()).swap_dims(1, 2).reshape([batch, seq, hidden]);
+        let context = matmul_merged(vec![(probs_dropped.clone(), v.clone())]); // [b, s, h]
 
         // Attention output: dense -> dropout -> residual -> LayerNorm.
         let attn = dense(&self.attention.output.dense, context);
@@ -223,11 +219,8 @@ impl<B: Backend> BertLayer<B> {
     /// cache was made from. Runs the forward's steps in reverse order.
     pub fn vjp(&self, cache: &LayerCache<B>, dout: Tensor<B, 3>) -> Tensor<B, 3> {
         let sa = &self.attention.self_attention;
-        let [batch, seq, hidden] = dout.dims();
         let heads = sa.num_heads;
-        let head_dim = hidden / heads;
-        let split = |t: Tensor<B, 3>| t.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
-        let merge = |t: Tensor<B, 4>| t.swap_dims(1, 2).reshape([batch, seq, hidden]);
+        let head_dim = dout.dims()[2] / heads;
 
         // Feed-forward block, reversed.
         let dffn = layer_norm_backward_cached(dout, &cache.ln2, &self.output.layer_norm); // [b, s, h]
@@ -240,17 +233,19 @@ impl<B: Backend> BertLayer<B> {
         // Attention block, reversed.
         let dattn = layer_norm_backward_cached(dx1, &cache.ln1, &self.attention.output.layer_norm);
         let dattn_dense = apply_keep(dattn.clone(), &cache.attention_keep);
-        let dcontext = split(linear_input_backward(&self.attention.output.dense, dattn_dense));
-        let dv = matmul(cache.probs_dropped.clone().swap_dims(2, 3), dcontext.clone()); // [b, nh, s, dh]
-        let dprobs = apply_keep(matmul(dcontext, cache.v.clone().swap_dims(2, 3)), &cache.probs_keep);
+        let dcontext = split_heads(linear_input_backward(&self.attention.output.dense, dattn_dense), 1, 0, heads);
+        let dprobs = apply_keep(matmul(dcontext.clone(), cache.v.clone().swap_dims(2, 3)), &cache.probs_keep);
         // Gradient of the scaled scores `q k^T / sqrt(d)`, the scale included.
         let scale = (head_dim as f64).powf(-0.5);
         let dscores = softmax_backward(dprobs, &cache.probs, scale); // [b, nh, s, s]
-        let dq = matmul(dscores.clone(), cache.k.clone());
-        let dk = matmul(dscores.swap_dims(2, 3), cache.q.clone());
+        // [dq dk dv], [b, s, 3h]: dq = dscores k, dk = dscores^T q, dv = probs^T dcontext.
+        let dqkv = matmul_merged(vec![
+            (dscores.clone(), cache.k.clone()),
+            (dscores.swap_dims(2, 3), cache.q.clone()),
+            (cache.probs_dropped.clone().swap_dims(2, 3), dcontext),
+        ]);
 
         // term 1: the residual path; term 2: through query, key and value, [dq dk dv] W_qkv^T.
-        let dqkv = Tensor::cat(vec![merge(dq), merge(dk), merge(dv)], 2);
         add_residual(linear(dqkv, sa.qkv_weight().transpose(), None), None, dattn)
     }
 }

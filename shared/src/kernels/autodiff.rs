@@ -457,6 +457,71 @@ pub(super) fn gelu<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Option<(Tens
     Some((wrap(y), wrap(cdf)))
 }
 
+/// [`super::split_heads`]: a view of `x`'s part, as at inference; its backward writes `g` into
+/// that part's columns of a zero `[batch, seq, parts * hidden]` (burn sums the three parts of
+/// the q/k/v projection).
+pub(super) fn split_heads<B: Backend>(x: &Tensor<B, 3>, parts: usize, part: usize, heads: usize) -> Option<Tensor<B, 4>> {
+    let xt = unwrap(x)?;
+    let x = inner::<3>(&xt);
+    let [batch, seq, width] = x.dims();
+    if width % (parts * heads).max(1) != 0 || part >= parts {
+        return None; // burn's own ops report the mismatch
+    }
+    let y = prim(super::split_heads(x, parts, part, heads));
+    Some(wrap(node([&xt], y, move |g, [dx]| {
+        [dx.then(|| prim(scatter_heads(tensor::<4>(g), [batch, seq, width], parts, part)))]
+    })))
+}
+
+/// `g` `[batch, heads, seq, head_dim]` as part `part` of a zero `[batch, seq, parts * heads * head_dim]`.
+fn scatter_heads(g: Tensor<Inner, 4>, shape: [usize; 3], parts: usize, part: usize) -> Tensor<Inner, 3> {
+    use ndarray::{Axis, Ix4};
+    let [batch, seq, width] = shape;
+    let [_, heads, _, head_dim] = g.dims();
+    let g = super::cpu_f32_any_layout(g).expect("the CPU backend");
+    let g = g.view().into_dimensionality::<Ix4>().expect("four dimensions").permuted_axes([0, 2, 1, 3]);
+    let mut out = ndarray::Array5::<f32>::zeros((batch, seq, parts, heads, head_dim));
+    let items: Vec<_> = super::unstack(out.view_mut()).into_iter().zip(g.outer_iter()).collect();
+    let copy = |(mut o, g): (ndarray::ArrayViewMut4<f32>, ndarray::ArrayView3<f32>)| o.index_axis_mut(Axis(1), part).assign(&g);
+    {
+        use rayon::prelude::*;
+        items.into_par_iter().for_each(copy);
+    }
+    let out = out.into_shape_with_order(vec![batch, seq, width]).expect("standard layout");
+    super::from_cpu_f32(out.into_shared())
+}
+
+/// [`super::matmul_merged`] of one or three products: for each `(a, b)`, with `g_p` the view of
+/// its columns of `g` split into heads, `da = g_p b^T` and `db = a^T g_p`.
+pub(super) fn matmul_merged<B: Backend>(products: &[(Tensor<B, 4>, Tensor<B, 4>)]) -> Option<Tensor<B, 3>> {
+    let mut tensors = Vec::with_capacity(2 * products.len());
+    for (a, b) in products {
+        tensors.push(unwrap(a)?);
+        tensors.push(unwrap(b)?);
+    }
+    Some(wrap(match tensors.len() {
+        2 => merged_node::<2>(tensors.try_into().ok()?)?,
+        6 => merged_node::<6>(tensors.try_into().ok()?)?,
+        _ => return None,
+    }))
+}
+
+fn merged_node<const N: usize>(tensors: [TrainTensor; N]) -> Option<TrainTensor> {
+    let pairs: Vec<(Tensor<Inner, 4>, Tensor<Inner, 4>)> = tensors.chunks(2).map(|p| (inner::<4>(&p[0]), inner::<4>(&p[1]))).collect();
+    let heads = pairs.first()?.0.dims()[1];
+    let y = prim(super::matmul_merged(pairs.clone()));
+    Some(node(tensors.each_ref(), y, move |g, wanted| {
+        let g = tensor::<3>(g);
+        let mut grads: [Option<InnerTensor>; N] = std::array::from_fn(|_| None);
+        for (p, (a, b)) in pairs.iter().enumerate() {
+            let g_p = super::split_heads(g.clone(), pairs.len(), p, heads);
+            grads[2 * p] = wanted[2 * p].then(|| prim(super::matmul(g_p.clone(), b.clone().swap_dims(2, 3))));
+            grads[2 * p + 1] = wanted[2 * p + 1].then(|| prim(super::matmul(a.clone().swap_dims(2, 3), g_p)));
+        }
+        grads
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{max_abs_diff, noise};
@@ -610,14 +675,20 @@ mod tests {
         Tensor::from_data(TensorData::new(values, shape), (&Default::default(), DType::F32))
     }
 
+    // Each check below starts from fresh leaves: burn does not give a leaf a gradient in a second
+    // backward pass.
+
     #[test]
     fn dropout_and_residual_nodes_match_burn() {
-        let (x, residual, keep) = (tracked([2, 5, 6], 40), tracked([2, 5, 6], 41), keep_mask([2, 5, 6], 42));
-        let r = f32_tensor([2, 5, 6], 1.0, 43);
+        let leaves = || (tracked([2, 5, 6], 40), tracked([2, 5, 6], 41));
+        let (keep, r) = (keep_mask([2, 5, 6], 42), f32_tensor([2, 5, 6], 1.0, 43));
+        let (x, _) = leaves();
         let before = values(x.clone());
         check_grads!(super::super::times_keep(x.clone(), &keep), x.clone() * keep.clone(), r, [x]);
+        let (x, residual) = leaves();
         let burn = x.clone() * keep.clone() + residual.clone();
         check_grads!(super::super::add_residual(x.clone(), Some(&keep), residual.clone()), burn, r, [x, residual]);
+        let (x, residual) = leaves();
         let burn = x.clone() + residual.clone();
         check_grads!(super::super::add_residual(x.clone(), None, residual.clone()), burn, r, [x, residual]);
         // The kernels write in place only into a buffer nothing else holds.
@@ -626,15 +697,16 @@ mod tests {
 
     #[test]
     fn im_update_nodes_match_burn() {
-        let (z, h, phi) = (tracked([2, 4, 6], 44), tracked([2, 4, 6], 45), tracked([2, 4, 6], 46));
+        let leaves = || (tracked([2, 4, 6], 44), tracked([2, 4, 6], 45), tracked([2, 4, 6], 46));
         let mut mask = vec![1.0f32; 8];
         mask[6..].fill(0.0); // the second item's last two tokens are padding
         let mask = Tensor::<T, 3>::from_data(TensorData::new(mask, [2, 4, 1]), (&Default::default(), DType::F32));
         let r = f32_tensor([2, 4, 6], 1.0, 47);
+        let (z, h, phi) = leaves();
         let burn = (z.clone() - h.clone() - phi.clone()) * mask.clone();
         check_grads!(super::super::masked_residual(&z, &h, phi.clone(), &mask), burn, r, [z, h, phi]);
 
-        let (res, jtr) = (tracked([2, 4, 6], 48), tracked([2, 4, 6], 49));
+        let (z, res, jtr) = leaves();
         let burn = z.clone() - (res.clone() - jtr.clone()).mul_scalar(0.2);
         check_grads!(super::super::descent_step(&z, &res, jtr.clone(), 0.2), burn, r, [z, res, jtr]);
     }
@@ -648,6 +720,46 @@ mod tests {
         let burn_cdf = x.clone().mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5);
         let burn = ((x.clone() * burn_cdf.clone()) * r[0].clone()).sum() + (burn_cdf * r[1].clone()).sum();
         check_grads!(ours, burn, f32_tensor([1], 1.0, 53), [x]);
+    }
+
+    #[test]
+    fn head_split_and_merge_nodes_match_burn() {
+        let (batch, seq, heads, head_dim) = (2, 5, 3, 4);
+        let hidden = heads * head_dim;
+        let leaf = || tracked([batch, seq, 3 * hidden], 54);
+        let burn_split = |qkv: &Tensor<T, 3>, part: usize| {
+            qkv.clone().narrow(2, part * hidden, hidden).reshape([batch, seq, heads, head_dim]).swap_dims(1, 2)
+        };
+        let r = f32_tensor([batch, heads, seq, head_dim], 1.0, 55);
+        for part in 0..3 {
+            let qkv = leaf();
+            check_grads!(super::super::split_heads(qkv.clone(), 3, part, heads), burn_split(&qkv, part), r, [qkv]);
+        }
+        // All three parts at once: burn sums the three gradients of the projection.
+        let qkv = leaf();
+        let r3: [Tensor<T, 4>; 3] = std::array::from_fn(|i| f32_tensor([batch, heads, seq, head_dim], 1.0, 56 + i));
+        let ours = (0..3).map(|p| (super::super::split_heads(qkv.clone(), 3, p, heads) * r3[p].clone()).sum());
+        let burn = (0..3).map(|p| (burn_split(&qkv, p) * r3[p].clone()).sum());
+        let (ours, burn) = (ours.reduce(|a, b| a + b).unwrap(), burn.reduce(|a, b| a + b).unwrap());
+        check_grads!(ours, burn, f32_tensor([1], 1.0, 59), [qkv]);
+
+        // The VJP's `[dq dk dv]`: three products, with transposed and strided operands; and one
+        // product, attention's context.
+        let merge = |(a, b): (Tensor<T, 4>, Tensor<T, 4>)| a.matmul(b).swap_dims(1, 2).reshape([batch, seq, hidden]);
+        for three in [true, false] {
+            let (s, qkv) = (tracked([batch, heads, seq, seq], 60), leaf());
+            // Each side with its own graph from the leaves.
+            let products = || {
+                let [q, k, v] = [0, 1, 2].map(|part| burn_split(&qkv, part));
+                match three {
+                    true => vec![(s.clone(), k), (s.clone().swap_dims(2, 3), q), (s.clone(), v)],
+                    false => vec![(s.clone(), v)],
+                }
+            };
+            let burn = Tensor::cat(products().into_iter().map(merge).collect(), 2);
+            let r = f32_tensor([batch, seq, if three { 3 * hidden } else { hidden }], 1.0, 61);
+            check_grads!(super::super::matmul_merged(products()), burn, r, [s, qkv]);
+        }
     }
 
     /// A weight that asks for no gradient gets none, and the input's gradient is unchanged.

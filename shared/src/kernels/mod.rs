@@ -236,6 +236,113 @@ fn matmul_cpu_f32<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B, 4>) -> Option<Tens
     Some(from_cpu_f32(c.into_shape_with_order((d0, d1, m, n)).ok()?.into_dyn().into_shared()))
 }
 
+/// Part `part` of `x` `[batch, seq, parts * hidden]` (the fused projection has three: q, k, v)
+/// split into attention heads: `[batch, heads, seq, hidden / heads]`.
+///
+/// On burn-ndarray with f32 data this is a strided view of `x`'s buffer, no copy: the products
+/// ([`matmul`], [`matmul_merged`]) take any layout. burn's narrow and reshape copied each part,
+/// and under autodiff the narrow's backward filled a zero tensor on one thread.
+pub fn split_heads<B: Backend>(x: Tensor<B, 3>, parts: usize, part: usize, heads: usize) -> Tensor<B, 4> {
+    use ndarray::{Axis, IxDyn};
+    train_node!(autodiff::split_heads(&x, parts, part, heads));
+    let [batch, seq, width] = x.dims();
+    let head_dim = width / (parts * heads).max(1);
+    let composed = |x: Tensor<B, 3>| {
+        let hidden = heads * head_dim;
+        x.narrow(2, part * hidden, hidden).reshape([batch, seq, heads, head_dim]).swap_dims(1, 2)
+    };
+    if parts * heads * head_dim != width || part >= parts {
+        return composed(x); // burn's own ops report the mismatch
+    }
+    match cpu_f32_any_layout(x) {
+        Ok(array) if array.is_standard_layout() => {
+            let parted = array.into_shape_with_order(IxDyn(&[batch, seq, parts, heads, head_dim]));
+            let parted = parted.expect("a standard-layout array of this length");
+            from_cpu_f32(parted.index_axis_move(Axis(2), part).permuted_axes(IxDyn(&[0, 2, 1, 3])))
+        }
+        Ok(array) => composed(from_cpu_f32(array)),
+        Err(x) => composed(x),
+    }
+}
+
+/// Attention's products with their heads merged back: each `(a, b)` of `products`,
+/// `[batch, heads, m, k] x [batch, heads, k, n]`, fills its own `heads * n` columns of the result
+/// `[batch, m, products.len() * heads * n]`, head by head: the context from `(probs, v)`, and the
+/// VJP's `[dq dk dv]` from three products.
+///
+/// On burn-ndarray with f32 data each `(batch, head)` product is one GEMM on views, written
+/// straight into its columns; burn's swap, reshape and cat copied each result twice. Under
+/// autodiff the whole merge is one node.
+pub fn matmul_merged<B: Backend>(products: Vec<(Tensor<B, 4>, Tensor<B, 4>)>) -> Tensor<B, 3> {
+    train_node!(autodiff::matmul_merged(&products));
+    if let Some(merged) = matmul_merged_cpu_f32(&products) {
+        return merged;
+    }
+    let merged = products.into_iter().map(|(a, b)| {
+        let c = matmul(a, b);
+        let [batch, heads, m, n] = c.dims();
+        c.swap_dims(1, 2).reshape([batch, m, heads * n])
+    });
+    Tensor::cat(merged.collect(), 2)
+}
+
+fn matmul_merged_cpu_f32<B: Backend>(products: &[(Tensor<B, 4>, Tensor<B, 4>)]) -> Option<Tensor<B, 3>> {
+    use ndarray::{linalg::general_mat_mul, s, Array4, ArrayView4, Ix4};
+    let mut arrays = Vec::with_capacity(products.len());
+    for (a, b) in products {
+        arrays.push((cpu_f32_any_layout(a.clone()).ok()?, cpu_f32_any_layout(b.clone()).ok()?));
+    }
+    let mut views: Vec<(ArrayView4<f32>, ArrayView4<f32>)> = Vec::with_capacity(arrays.len());
+    for (a, b) in &arrays {
+        views.push((a.view().into_dimensionality::<Ix4>().ok()?, b.view().into_dimensionality::<Ix4>().ok()?));
+    }
+    let (first_a, first_b) = views.first()?;
+    let ([batch, heads, m, _], n) = (<[usize; 4]>::from(first_a.dim()), first_b.dim().3);
+    let fits = |(a, b): &(ArrayView4<f32>, ArrayView4<f32>)| {
+        let ([d0, d1, dm, k], [e0, e1, k2, dn]) = (a.dim().into(), b.dim().into());
+        (d0, d1, dm, e0, e1, dn) == (batch, heads, m, batch, heads, n) && k == k2
+    };
+    if !views.iter().all(fits) {
+        return None; // burn's own ops broadcast or report the mismatch
+    }
+    #[cfg(feature = "openblas")]
+    crate::blas::calling_thread_only(); // the blocks run in parallel instead
+    // `[batch, m, part * heads + head, n]`, as `[batch, part * heads + head, m, n]` blocks.
+    let mut out = Array4::<f32>::zeros((batch, m, views.len() * heads, n));
+    let mut blocks = Vec::with_capacity(batch * views.len() * heads);
+    for (i, item) in unstack(out.view_mut().permuted_axes([0, 2, 1, 3])).into_iter().enumerate() {
+        blocks.extend(unstack(item).into_iter().enumerate().map(|(column, block)| (i, column, block)));
+    }
+    let product = |(i, column, mut block): (usize, usize, ndarray::ArrayViewMut2<f32>)| {
+        let (a, b) = &views[column / heads];
+        let j = column % heads;
+        general_mat_mul(1.0, &a.slice(s![i, j, .., ..]), &b.slice(s![i, j, .., ..]), 0.0, &mut block);
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        blocks.into_par_iter().for_each(product);
+    }
+    #[cfg(target_arch = "wasm32")]
+    blocks.into_iter().for_each(product);
+    let width = views.len() * heads * n;
+    Some(from_cpu_f32(out.into_shape_with_order((batch, m, width)).ok()?.into_dyn().into_shared()))
+}
+
+/// The views of `v` at each index of its first axis, each borrowing what `v` borrows (so that
+/// they can be handed to threads together).
+fn unstack<'a, D: ndarray::RemoveAxis>(v: ndarray::ArrayViewMut<'a, f32, D>) -> Vec<ndarray::ArrayViewMut<'a, f32, D::Smaller>> {
+    use ndarray::Axis;
+    let mut views = Vec::with_capacity(v.len_of(Axis(0)));
+    let mut rest = v;
+    while rest.len_of(Axis(0)) > 0 {
+        let (first, tail) = rest.split_at(Axis(0), 1);
+        views.push(first.index_axis_move(Axis(0), 0));
+        rest = tail;
+    }
+    views
+}
+
 /// `x^T g` summed over all rows: the weight gradient of [`linear`], `[in, out]` from `x`
 /// `[.., in]` and `g` `[.., out]`. One GEMM on a transposed view on burn-ndarray with f32 data.
 pub fn weight_gradient<B: Backend, const D: usize>(x: Tensor<B, D>, g: Tensor<B, D>) -> Tensor<B, 2> {
@@ -1071,6 +1178,31 @@ mod tests {
         };
         let rel = fused_vs_composed(&[[2, 5, 3, 4], [2, 5, 3, 4]], 1.0, split, split_ad);
         assert!(rel < 1e-6, "{rel}");
+    }
+
+    /// The head views and the merged products equal burn's narrow / reshape / swap / cat.
+    #[test]
+    fn head_split_and_merge_match_composed() {
+        let (batch, seq, heads, head_dim) = (2, 5, 3, 4);
+        let hidden = heads * head_dim;
+        let qkv = f32_tensor::<Cpu, 3>(noise(batch * seq * 3 * hidden, 1.0), [batch, seq, 3 * hidden]);
+        let burn_split = |x: Tensor<Cpu, 3>, part: usize| {
+            x.narrow(2, part * hidden, hidden).reshape([batch, seq, heads, head_dim]).swap_dims(1, 2)
+        };
+        for part in 0..3 {
+            let ours = values(split_heads(qkv.clone(), 3, part, heads));
+            assert_eq!(ours, values(burn_split(qkv.clone(), part)), "part {part}");
+        }
+        // The VJP's products into one `[dq dk dv]`, transposed and strided operands included.
+        let s = f32_tensor::<Cpu, 4>(noise(batch * heads * seq * seq, 1.0), [batch, heads, seq, seq]);
+        let [q, k, v] = [0, 1, 2].map(|part| split_heads(qkv.clone(), 3, part, heads));
+        let products = vec![(s.clone(), k.clone()), (s.clone().swap_dims(2, 3), q.clone()), (s.clone(), v.clone())];
+        let ours = matmul_merged(products.clone());
+        assert_eq!(ours.dims(), [batch, seq, 3 * hidden]);
+        let merge = |(a, b): (Tensor<Cpu, 4>, Tensor<Cpu, 4>)| a.matmul(b).swap_dims(1, 2).reshape([batch, seq, hidden]);
+        let burn = Tensor::cat(products.into_iter().map(merge).collect(), 2);
+        let diff = max_abs_diff(&values(ours), &values(burn));
+        assert!(diff < 1e-5, "{diff}");
     }
 
     #[test]
