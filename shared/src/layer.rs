@@ -15,8 +15,8 @@ use burn::tensor::Tensor;
 
 use crate::config::BertConfig;
 use crate::kernels::{
-    add_residual, attention_probs, gelu, gelu_backward, layer_norm, layer_norm_backward, linear, matmul, matmul_merged,
-    softmax_backward, split_heads, times_keep,
+    add_residual, attention_probs, gelu, gelu_backward, gelu_output, layer_norm, layer_norm_backward, layer_norm_output,
+    linear, matmul, matmul_merged, softmax_backward, split_heads, times_keep,
 };
 
 /// Additive attention bias of padded keys: large enough that softmax gives them exactly 0.
@@ -159,17 +159,20 @@ impl<B: Backend> BertLayer<B> {
         }
     }
 
-    /// `phi(h)`: `[batch, seq, hidden]` -> `[batch, seq, hidden]`.
+    /// `phi(h)`: `[batch, seq, hidden]` -> `[batch, seq, hidden]`, keeping nothing for a VJP.
     pub fn forward(&self, hidden_states: Tensor<B, 3>, ctx: &LayerContext<B>) -> Tensor<B, 3> {
-        self.forward_cached(hidden_states, ctx).0
+        self.run(hidden_states, ctx, false).0
     }
 
     /// `phi(h)` and the cache its VJP needs ("for the backward pass").
-    pub fn forward_cached(
-        &self,
-        hidden_states: Tensor<B, 3>,
-        ctx: &LayerContext<B>,
-    ) -> (Tensor<B, 3>, LayerCache<B>) {
+    pub fn forward_cached(&self, hidden_states: Tensor<B, 3>, ctx: &LayerContext<B>) -> (Tensor<B, 3>, LayerCache<B>) {
+        let (y, cache) = self.run(hidden_states, ctx, true);
+        (y, cache.expect("run keeps the cache when asked to"))
+    }
+
+    /// The layer, keeping its intermediates for the VJP when `keep` is set. Without, GELU and the
+    /// LayerNorms write in place and skip what only the VJP reads (`Phi`, `x_hat`, `rstd`).
+    fn run(&self, hidden_states: Tensor<B, 3>, ctx: &LayerContext<B>, keep: bool) -> (Tensor<B, 3>, Option<LayerCache<B>>) {
         let sa = &self.attention.self_attention;
         let heads = sa.num_heads;
         let head_dim = hidden_states.dims()[2] / heads;
@@ -188,29 +191,37 @@ impl<B: Backend> BertLayer<B> {
         let attn = dense(&self.attention.output.dense, context);
         let attention_keep = dropout_mask(&attn, ctx.hidden_dropout);
         let attn = add_residual(attn, attention_keep.as_ref(), hidden_states);
-        let (x1, ln1) = layer_norm_forward(attn, &self.attention.output.layer_norm, self.attention.output.eps);
+        let (x1, ln1) = layer_norm_forward(attn, &self.attention.output.layer_norm, self.attention.output.eps, keep);
 
         // Feed-forward: dense -> exact GELU -> dense -> dropout -> residual -> LayerNorm.
         let gelu_in = dense(&self.intermediate.dense, x1.clone());
-        let (gelu_out, gelu_cdf) = gelu(gelu_in.clone());
+        let (gelu_out, gelu_cache) = if keep {
+            let (out, cdf) = gelu(gelu_in.clone());
+            (out, Some((gelu_in, cdf)))
+        } else {
+            (gelu_output(gelu_in), None)
+        };
         let ffn = dense(&self.output.dense, gelu_out);
         let ffn_keep = dropout_mask(&ffn, ctx.hidden_dropout);
         let ffn = add_residual(ffn, ffn_keep.as_ref(), x1);
-        let (y, ln2) = layer_norm_forward(ffn, &self.output.layer_norm, self.output.eps);
+        let (y, ln2) = layer_norm_forward(ffn, &self.output.layer_norm, self.output.eps, keep);
 
-        let cache = LayerCache {
-            q,
-            k,
-            v,
-            probs,
-            probs_dropped,
-            probs_keep,
-            attention_keep,
-            ln1,
-            gelu_in,
-            gelu_cdf,
-            ffn_keep,
-            ln2,
+        let cache = match (ln1, gelu_cache, ln2) {
+            (Some(ln1), Some((gelu_in, gelu_cdf)), Some(ln2)) => Some(LayerCache {
+                q,
+                k,
+                v,
+                probs,
+                probs_dropped,
+                probs_keep,
+                attention_keep,
+                ln1,
+                gelu_in,
+                gelu_cdf,
+                ffn_keep,
+                ln2,
+            }),
+            _ => None,
         };
         (y, cache)
     }
@@ -273,14 +284,19 @@ impl<B: Backend> LayerNormCache<B> {
 }
 
 /// `gamma * (x - mean) / sqrt(var + eps) + beta` over the last dimension (biased variance, as
-/// PyTorch).
+/// PyTorch), with the VJP's cache when `keep` is set.
 pub fn layer_norm_forward<B: Backend>(
     x: Tensor<B, 3>,
     ln: &LayerNorm<B>,
     eps: f64,
-) -> (Tensor<B, 3>, LayerNormCache<B>) {
-    let (y, x_hat, rstd) = layer_norm(x, ln.gamma.val(), ln.beta.as_ref().map(|b| b.val()), eps);
-    (y, LayerNormCache { x_hat, rstd })
+    keep: bool,
+) -> (Tensor<B, 3>, Option<LayerNormCache<B>>) {
+    let (gamma, beta) = (ln.gamma.val(), ln.beta.as_ref().map(|b| b.val()));
+    if !keep {
+        return (layer_norm_output(x, gamma, beta, eps), None);
+    }
+    let (y, x_hat, rstd) = layer_norm(x, gamma, beta, eps);
+    (y, Some(LayerNormCache { x_hat, rstd }))
 }
 
 /// Input-gradient of [`layer_norm_forward`].
@@ -348,6 +364,29 @@ mod tests {
         let rel = check(0.3, 0.2);
         println!("with dropout: max relative |vjp - autodiff| = {rel:.2e}");
         assert!(rel < 1e-10, "{rel}");
+    }
+
+    /// `forward` (no cache: GELU and LayerNorm in place) gives exactly `forward_cached`'s output,
+    /// on the CPU kernels at inference and under autodiff's nodes.
+    fn forward_without_cache_is_the_cached_output<C: Backend>() {
+        let device = Default::default();
+        let config = BertConfig { hidden_size: 12, num_attention_heads: 3, intermediate_size: 20, ..BertConfig::tiny() };
+        let phi = BertLayer::<C>::new(&config, &device);
+        let lengths = [5usize, 3];
+        let v: Vec<f32> = lengths.iter().flat_map(|&n| (0..5).map(move |j| if j < n { 0.0 } else { MASKED_SCORE })).collect();
+        let attention_bias = Tensor::from_data(TensorData::new(v, [2, 1, 1, 5]), &device);
+        let ctx = LayerContext { attention_bias, hidden_dropout: 0.0, attention_dropout: 0.0 };
+        let h = Tensor::<C, 3>::random([2, 5, 12], Distribution::Normal(0.0, 1.0), &device);
+        let plain: Vec<f32> = phi.forward(h.clone(), &ctx).into_data().convert::<f32>().into_vec().unwrap();
+        let cached: Vec<f32> = phi.forward_cached(h, &ctx).0.into_data().convert::<f32>().into_vec().unwrap();
+        assert_eq!(plain, cached);
+    }
+
+    #[test]
+    fn forward_without_cache_matches_cached_forward() {
+        forward_without_cache_is_the_cached_output::<NdArray<f32>>();
+        forward_without_cache_is_the_cached_output::<Autodiff<NdArray<f32>>>();
+        forward_without_cache_is_the_cached_output::<B>();
     }
 
     #[test]

@@ -75,7 +75,7 @@ impl<B: Backend> BertEmbeddings<B> {
         let x = words
             + self.position_embeddings.forward(positions)
             + self.token_type_embeddings.forward(input.token_type_ids.clone()); // [b, s, h]
-        let (x, _) = layer_norm_forward(x, &self.layer_norm, self.eps);
+        let (x, _) = layer_norm_forward(x, &self.layer_norm, self.eps, false);
         dropout_forward(x, dropout)
     }
 }

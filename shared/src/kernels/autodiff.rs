@@ -473,6 +473,20 @@ pub(super) fn split_heads<B: Backend>(x: &Tensor<B, 3>, parts: usize, part: usiz
     })))
 }
 
+/// The views of `v` at each index of its first axis, each borrowing what `v` borrows (so that
+/// they can be handed to threads together).
+fn unstack<'a, D: ndarray::RemoveAxis>(v: ndarray::ArrayViewMut<'a, f32, D>) -> Vec<ndarray::ArrayViewMut<'a, f32, D::Smaller>> {
+    use ndarray::Axis;
+    let mut views = Vec::with_capacity(v.len_of(Axis(0)));
+    let mut rest = v;
+    while rest.len_of(Axis(0)) > 0 {
+        let (first, tail) = rest.split_at(Axis(0), 1);
+        views.push(first.index_axis_move(Axis(0), 0));
+        rest = tail;
+    }
+    views
+}
+
 /// `g` `[batch, heads, seq, head_dim]` as part `part` of a zero `[batch, seq, parts * heads * head_dim]`.
 fn scatter_heads(g: Tensor<Inner, 4>, shape: [usize; 3], parts: usize, part: usize) -> Tensor<Inner, 3> {
     use ndarray::{Axis, Ix4};
@@ -481,7 +495,7 @@ fn scatter_heads(g: Tensor<Inner, 4>, shape: [usize; 3], parts: usize, part: usi
     let g = super::cpu_f32_any_layout(g).expect("the CPU backend");
     let g = g.view().into_dimensionality::<Ix4>().expect("four dimensions").permuted_axes([0, 2, 1, 3]);
     let mut out = ndarray::Array5::<f32>::zeros((batch, seq, parts, heads, head_dim));
-    let items: Vec<_> = super::unstack(out.view_mut()).into_iter().zip(g.outer_iter()).collect();
+    let items: Vec<_> = unstack(out.view_mut()).into_iter().zip(g.outer_iter()).collect();
     let copy = |(mut o, g): (ndarray::ArrayViewMut4<f32>, ndarray::ArrayView3<f32>)| o.index_axis_mut(Axis(1), part).assign(&g);
     {
         use rayon::prelude::*;

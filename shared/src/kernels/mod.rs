@@ -102,6 +102,16 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> (Tensor<B, D>, Tenso
     (x * cdf.clone(), cdf)
 }
 
+/// Exact GELU alone, for a forward that keeps nothing for a backward: on the CPU in place over
+/// `x`'s buffer, without [`gelu`]'s second output.
+pub fn gelu_output<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some((y, _)) = autodiff::gelu(&x) {
+        return y;
+    }
+    on_cpu_f32(x, |_, buf| for_blocks(buf, 1 << 14, gelu_in_place)).unwrap_or_else(|x| gelu(x).0)
+}
+
 /// `x W + b` over the last dimension of `x` (`weight` is `[in, out]`, as burn's `Linear`), run
 /// as one `[rows, in]` GEMM over all leading dimensions: a single large product instead of one
 /// per batch item that each re-pack `W` (also in autodiff's weight gradient).
@@ -128,7 +138,7 @@ fn linear_cpu_f32<B: Backend, const D: usize>(
     weight: &Tensor<B, 2>,
     bias: Option<&Tensor<B, 1>>,
 ) -> Option<Tensor<B, D>> {
-    use ndarray::{Array2, Ix2};
+    use ndarray::Ix2;
     let x = cpu_f32(x.clone()).ok()?;
     let weight = cpu_f32_any_layout(weight.clone()).ok()?;
     let bias = match bias {
@@ -147,53 +157,46 @@ fn linear_cpu_f32<B: Backend, const D: usize>(
         Some(b) => Some(b.as_slice()?),
         None => None,
     };
-    let mut y = Array2::<f32>::zeros((rows, out));
     // The bias is the GEMM's initial `C`, written by each part's own thread.
-    let init = |mut part: ArrayViewMut2<f32>| {
+    let init = |part: &mut [f32]| {
         if let Some(b) = bias {
-            part.rows_mut().into_iter().for_each(|mut row| row.iter_mut().zip(b).for_each(|(y, b)| *y = *b));
+            part.chunks_mut(out).for_each(|row| row.copy_from_slice(b));
         }
     };
-    gemm_by_rows(x, weight, if bias.is_some() { 1.0 } else { 0.0 }, y.view_mut(), init);
+    let y = gemm_by_rows(x, weight, init);
     shape[D - 1] = out;
     Some(from_cpu_f32(y.into_shape_with_order(shape).ok()?.into_shared()))
 }
 
-/// `c = a b + beta c`, with the rows of `c` and `a` split into one part per thread of rayon's
-/// pool, each part one GEMM on its thread, after `init` has filled that part of `c`.
+/// `c = a b + c0` as a new array, with `c0` what `init` writes into a zeroed part of `c`. The
+/// rows of `c` and `a` are split into one part per thread of rayon's pool, each part one GEMM on
+/// its thread.
 ///
 /// With OpenBLAS, its own thread pool is switched off ([`crate::blas::calling_thread_only`]): its
 /// threads spin for a while after each GEMM, and on a small machine they took the cores from
 /// the rayon kernels between GEMMs (a third of a forward's profile was `sched_yield`). One pool
 /// for everything avoids that. `matrixmultiply` threads itself and gets the product whole.
-fn gemm_by_rows(
-    a: ndarray::ArrayView2<f32>,
-    b: ndarray::ArrayView2<f32>,
-    beta: f32,
-    mut c: ArrayViewMut2<f32>,
-    init: impl Fn(ArrayViewMut2<f32>) + Sync,
-) {
-    use ndarray::linalg::general_mat_mul;
-    let whole = |a: ndarray::ArrayView2<f32>, mut c: ArrayViewMut2<f32>| {
-        init(c.view_mut());
-        general_mat_mul(1.0, &a, &b, beta, &mut c);
-    };
+fn gemm_by_rows(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayView2<f32>, init: impl Fn(&mut [f32]) + Sync) -> ndarray::Array2<f32> {
+    use ndarray::{linalg::general_mat_mul, s};
+    let (rows, cols) = (a.nrows(), b.ncols());
     #[cfg(all(feature = "openblas", not(target_arch = "wasm32")))]
-    {
-        use ndarray::Axis;
-        use rayon::prelude::*;
+    let part_rows = {
         crate::blas::calling_thread_only();
-        let rows = c.nrows();
         // Below ~1 MFLOP a part costs less than handing it to another thread.
-        let threads = rayon::current_num_threads().min(rows.max(1)).min(1 + a.len() * b.ncols() / 500_000);
-        if threads > 1 {
-            let part = rows.div_ceil(threads);
-            let parts: Vec<_> = a.axis_chunks_iter(Axis(0), part).zip(c.axis_chunks_iter_mut(Axis(0), part)).collect();
-            parts.into_par_iter().for_each(|(a, c)| whole(a, c));
-            return;
-        }
-    }
-    whole(a, c.view_mut());
+        let threads = rayon::current_num_threads().min(rows.max(1)).min(1 + a.len() * cols / 500_000);
+        rows.div_ceil(threads.max(1))
+    };
+    #[cfg(not(all(feature = "openblas", not(target_arch = "wasm32"))))]
+    let part_rows = rows;
+    let [c] = new_rows(rows, [cols], part_rows, |first, [part]| {
+        init(part);
+        let n = part.len() / cols.max(1);
+        let mut c = ArrayViewMut2::from_shape((n, cols), part).expect("a whole number of rows");
+        // beta = 1 adds `init`'s values (zero where it wrote none; OpenBLAS then skips its own
+        // zeroing pass).
+        general_mat_mul(1.0, &a.slice(s![first..first + n, ..]), &b, 1.0, &mut c);
+    });
+    ndarray::Array2::from_shape_vec((rows, cols), c).expect("rows * cols elements")
 }
 
 /// Batched matrix product `[b, h, m, k] x [b, h, k, n]` (attention's products; no broadcasting).
@@ -210,7 +213,7 @@ pub fn matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> {
 }
 
 fn matmul_cpu_f32<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B, 4>) -> Option<Tensor<B, 4>> {
-    use ndarray::{linalg::general_mat_mul, s, Array3, Ix4};
+    use ndarray::{linalg::general_mat_mul, s, Ix4};
     let a = cpu_f32_any_layout(a.clone()).ok()?;
     let b = cpu_f32_any_layout(b.clone()).ok()?;
     let (a, b) = (a.view().into_dimensionality::<Ix4>().ok()?, b.view().into_dimensionality::<Ix4>().ok()?);
@@ -220,20 +223,14 @@ fn matmul_cpu_f32<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B, 4>) -> Option<Tens
     }
     #[cfg(feature = "openblas")]
     crate::blas::calling_thread_only(); // the blocks run in parallel instead
-    let mut c = Array3::<f32>::zeros((d0 * d1, m, n));
-    let blocks: Vec<(usize, ArrayViewMut2<f32>)> = c.outer_iter_mut().enumerate().collect();
-    let product = |(index, mut out): (usize, ArrayViewMut2<f32>)| {
+    // One `(b, h)` product per block.
+    let [c] = new_rows(d0 * d1 * m, [n], m, |first, [block]| {
+        let index = first / m.max(1);
         let (i, j) = (index / d1, index % d1);
+        let mut out = ArrayViewMut2::from_shape((m, n), block).expect("m * n elements");
         general_mat_mul(1.0, &a.slice(s![i, j, .., ..]), &b.slice(s![i, j, .., ..]), 0.0, &mut out);
-    };
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use rayon::prelude::*;
-        blocks.into_par_iter().for_each(product);
-    }
-    #[cfg(target_arch = "wasm32")]
-    blocks.into_iter().for_each(product);
-    Some(from_cpu_f32(c.into_shape_with_order((d0, d1, m, n)).ok()?.into_dyn().into_shared()))
+    });
+    Some(from_cpu_f32(SharedArray::from_shape_vec(vec![d0, d1, m, n], c).ok()?))
 }
 
 /// Part `part` of `x` `[batch, seq, parts * hidden]` (the fused projection has three: q, k, v)
@@ -287,7 +284,7 @@ pub fn matmul_merged<B: Backend>(products: Vec<(Tensor<B, 4>, Tensor<B, 4>)>) ->
 }
 
 fn matmul_merged_cpu_f32<B: Backend>(products: &[(Tensor<B, 4>, Tensor<B, 4>)]) -> Option<Tensor<B, 3>> {
-    use ndarray::{linalg::general_mat_mul, s, Array4, ArrayView4, Ix4};
+    use ndarray::{linalg::general_mat_mul, s, ArrayView4, ArrayViewMut3, Axis, Ix4};
     let mut arrays = Vec::with_capacity(products.len());
     for (a, b) in products {
         arrays.push((cpu_f32_any_layout(a.clone()).ok()?, cpu_f32_any_layout(b.clone()).ok()?));
@@ -307,46 +304,24 @@ fn matmul_merged_cpu_f32<B: Backend>(products: &[(Tensor<B, 4>, Tensor<B, 4>)]) 
     }
     #[cfg(feature = "openblas")]
     crate::blas::calling_thread_only(); // the blocks run in parallel instead
-    // `[batch, m, part * heads + head, n]`, as `[batch, part * heads + head, m, n]` blocks.
-    let mut out = Array4::<f32>::zeros((batch, m, views.len() * heads, n));
-    let mut blocks = Vec::with_capacity(batch * views.len() * heads);
-    for (i, item) in unstack(out.view_mut().permuted_axes([0, 2, 1, 3])).into_iter().enumerate() {
-        blocks.extend(unstack(item).into_iter().enumerate().map(|(column, block)| (i, column, block)));
-    }
-    let product = |(i, column, mut block): (usize, usize, ndarray::ArrayViewMut2<f32>)| {
-        let (a, b) = &views[column / heads];
-        let j = column % heads;
-        general_mat_mul(1.0, &a.slice(s![i, j, .., ..]), &b.slice(s![i, j, .., ..]), 0.0, &mut block);
-    };
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use rayon::prelude::*;
-        blocks.into_par_iter().for_each(product);
-    }
-    #[cfg(target_arch = "wasm32")]
-    blocks.into_iter().for_each(product);
-    let width = views.len() * heads * n;
-    Some(from_cpu_f32(out.into_shape_with_order((batch, m, width)).ok()?.into_dyn().into_shared()))
-}
-
-/// The views of `v` at each index of its first axis, each borrowing what `v` borrows (so that
-/// they can be handed to threads together).
-fn unstack<'a, D: ndarray::RemoveAxis>(v: ndarray::ArrayViewMut<'a, f32, D>) -> Vec<ndarray::ArrayViewMut<'a, f32, D::Smaller>> {
-    use ndarray::Axis;
-    let mut views = Vec::with_capacity(v.len_of(Axis(0)));
-    let mut rest = v;
-    while rest.len_of(Axis(0)) > 0 {
-        let (first, tail) = rest.split_at(Axis(0), 1);
-        views.push(first.index_axis_move(Axis(0), 0));
-        rest = tail;
-    }
-    views
+    // One batch item per block, `[m, part * heads + head, n]`; each product fills its columns.
+    let columns = views.len() * heads;
+    let [out] = new_rows(batch * m, [columns * n], m, |first, [item]| {
+        let i = first / m.max(1);
+        let mut item = ArrayViewMut3::from_shape((m, columns, n), item).expect("one batch item");
+        for column in 0..columns {
+            let (a, b) = &views[column / heads];
+            let j = column % heads;
+            let mut block = item.index_axis_mut(Axis(1), column);
+            general_mat_mul(1.0, &a.slice(s![i, j, .., ..]), &b.slice(s![i, j, .., ..]), 0.0, &mut block);
+        }
+    });
+    Some(from_cpu_f32(SharedArray::from_shape_vec(vec![batch, m, columns * n], out).ok()?))
 }
 
 /// `x^T g` summed over all rows: the weight gradient of [`linear`], `[in, out]` from `x`
 /// `[.., in]` and `g` `[.., out]`. One GEMM on a transposed view on burn-ndarray with f32 data.
 pub fn weight_gradient<B: Backend, const D: usize>(x: Tensor<B, D>, g: Tensor<B, D>) -> Tensor<B, 2> {
-    use ndarray::Array2;
     let (features, out) = (x.dims()[D - 1], g.dims()[D - 1]);
     let composed = |x: Tensor<B, D>, g: Tensor<B, D>| x.reshape([-1, features as i32]).transpose().matmul(g.reshape([-1, out as i32]));
     let (x_f32, g_f32) = match (cpu_f32(x.clone()), cpu_f32(g.clone())) {
@@ -362,8 +337,7 @@ pub fn weight_gradient<B: Backend, const D: usize>(x: Tensor<B, D>, g: Tensor<B,
     if gv.nrows() != rows {
         return composed(x, g); // burn's own op reports the mismatch
     }
-    let mut w = Array2::<f32>::zeros((features, out));
-    gemm_by_rows(xv.t(), gv, 0.0, w.view_mut(), |_| ());
+    let w = gemm_by_rows(xv.t(), gv, |_| ());
     from_cpu_f32(w.into_dyn().into_shared())
 }
 
@@ -395,17 +369,8 @@ pub fn attention_probs<B: Backend>(scores: Tensor<B, 4>, scale: f64, bias: &Tens
 fn gelu_cpu_f32<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Option<(Tensor<B, D>, Tensor<B, D>)> {
     let x = cpu_f32(x.clone()).ok()?;
     let xs = x.as_slice()?;
-    let (mut y, mut cdf) = (vec![0.0f32; xs.len()], vec![0.0f32; xs.len()]);
     const BLOCK: usize = 1 << 14;
-    let blocks = xs.chunks(BLOCK).zip(y.chunks_mut(BLOCK)).zip(cdf.chunks_mut(BLOCK));
-    let run = |((x, y), c): ((&[f32], &mut [f32]), &mut [f32])| gelu_and_cdf(x, y, c);
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use rayon::prelude::*;
-        blocks.collect::<Vec<_>>().into_par_iter().for_each(run);
-    }
-    #[cfg(target_arch = "wasm32")]
-    blocks.for_each(run);
+    let [y, cdf] = new_rows(xs.len(), [1, 1], BLOCK, |first, [y, c]| gelu_and_cdf(&xs[first..first + y.len()], y, c));
     let shaped = |v: Vec<f32>| ArrayD::from_shape_vec(x.shape(), v).ok().map(|a| from_cpu_f32(a.into_shared()));
     Some((shaped(y)?, shaped(cdf)?))
 }
@@ -580,6 +545,36 @@ pub fn layer_norm<B: Backend, const D: usize>(
     (y, x_hat, rstd)
 }
 
+/// [`layer_norm`]'s output alone, for a forward that keeps nothing for a backward: on the CPU
+/// one pass in place over `x`'s buffer.
+pub fn layer_norm_output<B: Backend, const D: usize>(x: Tensor<B, D>, gamma: Tensor<B, 1>, beta: Option<Tensor<B, 1>>, eps: f64) -> Tensor<B, D> {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some((y, _, _)) = autodiff::layer_norm(&x, &gamma, beta.as_ref(), eps) {
+        return y;
+    }
+    let params = match (cpu_f32(gamma.clone()), beta.clone().map(cpu_f32)) {
+        (Ok(g), None) => Some((g, None)),
+        (Ok(g), Some(Ok(b))) => Some((g, Some(b))),
+        _ => None,
+    };
+    let width = x.dims()[D - 1];
+    let Some((g, b)) = params.filter(|(g, b)| g.len() == width && b.as_ref().is_none_or(|b| b.len() == width)) else {
+        return layer_norm(x, gamma, beta, eps).0;
+    };
+    let (g, b) = (g.as_slice().expect("standard layout"), b.as_ref().map(|b| b.as_slice().expect("standard layout")));
+    let kernel = |_: usize, out: &mut [f32], _: [&[f32]; 0]| {
+        for row in out.chunks_mut(width) {
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / width as f64;
+            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / width as f64;
+            let (mean, rstd) = (mean as f32, (1.0 / (var + eps).sqrt()) as f32);
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = (*v - mean) * rstd * g[j] + b.map_or(0.0, |b| b[j]);
+            }
+        }
+    };
+    rows_in_place(x, [], kernel).unwrap_or_else(|x| layer_norm(x, gamma, beta, eps).0)
+}
+
 /// [`layer_norm`] in one pass per row; `None` off burn-ndarray with f32 data.
 #[allow(clippy::type_complexity)]
 fn layer_norm_cpu_f32<B: Backend, const D: usize>(
@@ -602,11 +597,9 @@ fn layer_norm_cpu_f32<B: Backend, const D: usize>(
         None => None,
     };
     let rows = x.len() / width.max(1);
-    let mut y = vec![0.0f32; x.len()];
-    let mut x_hat = vec![0.0f32; x.len()];
-    let mut rstd = vec![0.0f32; rows];
     let block = (1usize << 12).div_ceil(width.max(1));
-    let work = |(((x, y), x_hat), rstd): (((&[f32], &mut [f32]), &mut [f32]), &mut [f32])| {
+    let work = |first: usize, [y, x_hat, rstd]: [&mut [f32]; 3]| {
+        let x = &x[first * width..][..y.len()];
         let rows = x.chunks(width).zip(y.chunks_mut(width)).zip(x_hat.chunks_mut(width)).zip(rstd);
         for (((x, y), x_hat), r) in rows {
             // f64 sums: one pass, no cancellation worth speaking of at BERT's widths.
@@ -620,14 +613,7 @@ fn layer_norm_cpu_f32<B: Backend, const D: usize>(
             }
         }
     };
-    let (n, bn) = (block * width, block);
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use rayon::prelude::*;
-        x.par_chunks(n).zip(y.par_chunks_mut(n)).zip(x_hat.par_chunks_mut(n)).zip(rstd.par_chunks_mut(bn)).for_each(work);
-    }
-    #[cfg(target_arch = "wasm32")]
-    x.chunks(n).zip(y.chunks_mut(n)).zip(x_hat.chunks_mut(n)).zip(rstd.chunks_mut(bn)).for_each(work);
+    let [y, x_hat, rstd] = new_rows(rows, [width, width, 1], block, work);
 
     let array = |v: Vec<f32>, shape: &[usize]| {
         SharedArray::from_shape_vec(shape.to_vec(), v).expect("length matches shape")
@@ -641,14 +627,22 @@ fn layer_norm_cpu_f32<B: Backend, const D: usize>(
     ))
 }
 
-/// Defines `fn $name` twice over: as written, and compiled for AVX2 + FMA, which it runs when
-/// the CPU has them. The workspace builds for baseline x86-64 (SSE2, four lanes), so without this
-/// the per-element loops below would use half of an AVX2 register, and calls to libm's `expf` not
-/// at all. Helpers the body calls must be `#[inline(always)]` to be compiled into both.
+/// Defines `fn $name` three times over: as written, compiled for AVX2 + FMA, and compiled for
+/// AVX-512, and runs the widest the CPU has. The workspace builds for baseline x86-64 (SSE2, four
+/// lanes), so without this the per-element loops below would use a quarter of an AVX-512
+/// register, and calls to libm's `expf` not at all. Helpers the body calls must be
+/// `#[inline(always)]` to be compiled into each.
 macro_rules! vectorised {
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$meta])*
         $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl") {
+                #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+                fn widest($($arg: $ty),*) $(-> $ret)? $body
+                // SAFETY: the CPU has the features `widest` was compiled for (checked above).
+                return unsafe { widest($($arg),*) };
+            }
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
                 #[target_feature(enable = "avx2,fma")]
@@ -739,6 +733,13 @@ vectorised! {
     /// `Phi(x)` of each element, in place.
     fn cdf_in_place(x: &mut [f32]) {
         x.iter_mut().for_each(|v| *v = cdf_f32(*v));
+    }
+}
+
+vectorised! {
+    /// `x Phi(x)` of each element, in place.
+    fn gelu_in_place(x: &mut [f32]) {
+        x.iter_mut().for_each(|v| *v *= cdf_f32(*v));
     }
 }
 
@@ -838,6 +839,53 @@ fn rows_in_place<B: Backend, const D: usize, const N: usize>(
     #[cfg(target_arch = "wasm32")]
     buf.chunks_mut(block_rows * width.max(1)).enumerate().for_each(run);
     Ok(from_cpu_f32(out))
+}
+
+/// `K` new buffers of `rows` rows (buffer `i` has rows of `widths[i]` elements), filled block by
+/// block of `block_rows` rows by `kernel(first_row, blocks)` in parallel. Each block is zeroed on
+/// the thread that fills it, just before: `vec![0.0; n]` zeroed the whole output on the calling
+/// thread first, a single-threaded pass over every output (8% of a forward's profile).
+fn new_rows<const K: usize>(
+    rows: usize,
+    widths: [usize; K],
+    block_rows: usize,
+    kernel: impl Fn(usize, [&mut [f32]; K]) + Send + Sync,
+) -> [Vec<f32>; K] {
+    use std::mem::MaybeUninit;
+    let block_rows = block_rows.max(1);
+    let mut buffers: [Vec<f32>; K] = widths.map(|w| Vec::with_capacity(rows * w));
+    {
+        let mut parts: Vec<(usize, [&mut [MaybeUninit<f32>]; K])> = Vec::with_capacity(rows.div_ceil(block_rows));
+        let mut rests = buffers.each_mut().map(|b| b.spare_capacity_mut());
+        for first in (0..rows).step_by(block_rows) {
+            let n = block_rows.min(rows - first);
+            let blocks = std::array::from_fn(|i| {
+                let (block, tail) = std::mem::take(&mut rests[i]).split_at_mut(n * widths[i]);
+                rests[i] = tail;
+                block
+            });
+            parts.push((first, blocks));
+        }
+        let run = |(first, blocks): (usize, [&mut [MaybeUninit<f32>]; K])| {
+            kernel(first, blocks.map(|block| {
+                block.fill(MaybeUninit::new(0.0));
+                // SAFETY: every element was just initialised; MaybeUninit<f32> has f32's layout.
+                unsafe { &mut *(block as *mut [MaybeUninit<f32>] as *mut [f32]) }
+            }))
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use rayon::prelude::*;
+            parts.into_par_iter().for_each(run);
+        }
+        #[cfg(target_arch = "wasm32")]
+        parts.into_iter().for_each(run);
+    }
+    for (buffer, width) in buffers.iter_mut().zip(widths) {
+        // SAFETY: the blocks cover all `rows * width` elements, and each was initialised above.
+        unsafe { buffer.set_len(rows * width) };
+    }
+    buffers
 }
 
 /// AdamW's settings at one optimizer step, for [`adamw_update`].
@@ -1313,6 +1361,23 @@ mod tests {
                 assert!((y[r * width + j] as f64 - o).abs() < 1e-5, "y[{r}, {j}]");
             }
         }
+    }
+
+    /// The in-place outputs of a forward that keeps no cache are exactly the cached kernels'
+    /// outputs (the layer's `forward` and `forward_cached` must agree to the bit), and leave a
+    /// shared input intact.
+    #[test]
+    fn output_only_kernels_equal_the_cached_ones() {
+        let (width, eps) = (48, 1e-12);
+        let x = f32_tensor::<Cpu, 3>(noise(2 * 7 * width, 3.0), [2, 7, width]);
+        let before = values(x.clone());
+        assert_eq!(values(gelu_output(x.clone())), values(gelu(x.clone()).0));
+        let (g, b) = (f32_tensor::<Cpu, 1>(noise(width, 1.0), [width]), f32_tensor::<Cpu, 1>(noise(width, 0.5), [width]));
+        let cached = layer_norm(x.clone(), g.clone(), Some(b.clone()), eps).0;
+        assert_eq!(values(layer_norm_output(x.clone(), g.clone(), Some(b), eps)), values(cached));
+        let cached = layer_norm(x.clone(), g.clone(), None, eps).0;
+        assert_eq!(values(layer_norm_output(x.clone(), g, None, eps)), values(cached));
+        assert_eq!(values(x), before);
     }
 
     /// A transposed (non-contiguous) input and a shared buffer are handled, the input unchanged.
