@@ -15,7 +15,7 @@ use burn::tensor::Tensor;
 
 use crate::config::BertConfig;
 use crate::kernels::{
-    add_residual, attention_probs, gelu, gelu_backward, gelu_output, layer_norm, layer_norm_backward, layer_norm_output,
+    add_residual, attention_probs, concat, gelu, gelu_backward, gelu_output, layer_norm, layer_norm_backward, layer_norm_output,
     linear, matmul, matmul_merged, softmax_backward, split_heads, times_keep,
 };
 
@@ -60,12 +60,12 @@ pub struct BertSelfAttention<B: Backend> {
 impl<B: Backend> BertSelfAttention<B> {
     /// `[W_q W_k W_v]`, `[hidden, 3 * hidden]`: the three projections as one matrix.
     fn qkv_weight(&self) -> Tensor<B, 2> {
-        Tensor::cat(vec![self.query.weight.val(), self.key.weight.val(), self.value.weight.val()], 1)
+        concat(vec![self.query.weight.val(), self.key.weight.val(), self.value.weight.val()])
     }
 
     fn qkv_bias(&self) -> Option<Tensor<B, 1>> {
         let (q, k, v) = (self.query.bias.as_ref()?, self.key.bias.as_ref()?, self.value.bias.as_ref()?);
-        Some(Tensor::cat(vec![q.val(), k.val(), v.val()], 0))
+        Some(concat(vec![q.val(), k.val(), v.val()]))
     }
 }
 
