@@ -97,7 +97,9 @@ impl ImplicitEuler {
             // grad_z ||r||^2 = 2 (r - J_phi(z)^T r)
             let jtr = match self.gradient {
                 InnerGradient::Exact => phi.vjp(&cache, r.clone()),
-                InnerGradient::Detached => phi.vjp(&cache.detach(), r.clone().detach()),
+                // The layer's weights are live inside the VJP too: detach its result, not just
+                // its inputs, so that no second-order term reaches them either.
+                InnerGradient::Detached => phi.vjp(&cache.detach(), r.clone().detach()).detach(),
             };
             // z <- z - gamma * grad, one pass on the CPU.
             z = descent_step(&z, &r, jtr, 2.0 * self.gamma);
