@@ -12,9 +12,71 @@
 use std::ffi::{c_char, CStr};
 
 #[cfg(feature = "openblas")]
+use std::ffi::c_int;
+
+#[cfg(feature = "openblas")]
 extern "C" {
     fn openblas_get_corename() -> *const c_char;
-    fn openblas_set_num_threads(threads: std::ffi::c_int);
+    fn openblas_set_num_threads(threads: c_int);
+    // CBLAS, as OpenBLAS exports it (the enums are C ints: row-major 101, no-trans 111, trans 112).
+    fn cblas_sgemm(
+        layout: c_int,
+        trans_a: c_int,
+        trans_b: c_int,
+        m: c_int,
+        n: c_int,
+        k: c_int,
+        alpha: f32,
+        a: *const f32,
+        lda: c_int,
+        b: *const f32,
+        ldb: c_int,
+        beta: f32,
+        c: *mut f32,
+        ldc: c_int,
+    );
+}
+
+/// How a BLAS reads one operand of a row-major GEMM: as stored, or transposed (a column-major
+/// view), with rows `leading` elements apart.
+#[cfg(feature = "openblas")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    pub transposed: bool,
+    pub leading: usize,
+}
+
+/// Row-major `c = a b + beta c` for `[m, n, k]` through OpenBLAS's CBLAS on the calling thread.
+///
+/// # Safety
+/// `a` and `b` must be valid for reads as their layouts describe (`m x k` and `k x n`); `c` for
+/// writes of `m` rows of `n`, `ldc` apart (and reads when `beta != 0`). With `beta = 0` BLAS does
+/// not read `c`, so it may be uninitialised.
+#[cfg(feature = "openblas")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn sgemm(a_layout: Layout, b_layout: Layout, [m, n, k]: [usize; 3], a: *const f32, b: *const f32, beta: f32, c: *mut f32, ldc: usize) {
+    const ROW_MAJOR: c_int = 101;
+    let trans = |l: Layout| if l.transposed { 112 } else { 111 };
+    let int = |x: usize| c_int::try_from(x).expect("GEMM dimension fits a C int");
+    // SAFETY: the caller vouches for the three buffers and their layouts.
+    unsafe {
+        cblas_sgemm(
+            ROW_MAJOR,
+            trans(a_layout),
+            trans(b_layout),
+            int(m),
+            int(n),
+            int(k),
+            1.0,
+            a,
+            int(a_layout.leading),
+            b,
+            int(b_layout.leading),
+            beta,
+            c,
+            int(ldc),
+        )
+    }
 }
 
 /// Makes OpenBLAS run each GEMM on the thread that calls it, once per process: the kernels

@@ -15,8 +15,8 @@ use burn::tensor::Tensor;
 
 use crate::config::BertConfig;
 use crate::kernels::{
-    add_residual, attention_probs, concat, gelu, gelu_backward, gelu_output, layer_norm, layer_norm_backward, layer_norm_output,
-    linear, matmul, matmul_merged, softmax_backward, split_heads, times_keep,
+    add_residual, attention, attention_backward, attention_probs, concat, gelu, gelu_backward, gelu_output, layer_norm, layer_norm_backward, layer_norm_output,
+    linear, linear_residual, matmul, matmul_merged, softmax_backward, split_heads, times_keep,
 };
 
 /// Additive attention bias of padded keys: large enough that softmax gives them exactly 0.
@@ -94,12 +94,11 @@ pub struct BertOutput<B: Backend> {
 /// phi and its VJP see the same mask.
 #[derive(Debug, Clone)]
 pub struct LayerCache<B: Backend> {
+    qkv_weight: Tensor<B, 2>, // [hidden, 3 * hidden], joined once for the forward and the VJP
     q: Tensor<B, 4>, // [batch, heads, seq, head_dim]
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
-    probs: Tensor<B, 4>,         // [batch, heads, seq, seq], before dropout
-    probs_dropped: Tensor<B, 4>, // after dropout (`probs` itself without)
-    probs_keep: Option<Tensor<B, 4>>,
+    attention: AttentionProbs<B>,
     attention_keep: Option<Tensor<B, 3>>,
     ln1: LayerNormCache<B>,
     gelu_in: Tensor<B, 3>,  // [batch, seq, intermediate]
@@ -115,12 +114,11 @@ impl<B: Backend> LayerCache<B> {
         let d3 = |t: Tensor<B, 3>| t.detach();
         let d4 = |t: Tensor<B, 4>| t.detach();
         Self {
+            qkv_weight: self.qkv_weight.detach(),
             q: d4(self.q),
             k: d4(self.k),
             v: d4(self.v),
-            probs: d4(self.probs),
-            probs_dropped: d4(self.probs_dropped),
-            probs_keep: self.probs_keep.map(d4),
+            attention: self.attention.detach(),
             attention_keep: self.attention_keep.map(d3),
             ln1: self.ln1.detach(),
             gelu_in: d3(self.gelu_in),
@@ -178,19 +176,14 @@ impl<B: Backend> BertLayer<B> {
         let head_dim = hidden_states.dims()[2] / heads;
 
         // Self-attention: softmax(q k^T / sqrt(d) + bias) v. One matmul computes q, k and v.
-        let qkv = linear(hidden_states.clone(), sa.qkv_weight(), sa.qkv_bias()); // [b, s, 3h]
+        let qkv_weight = sa.qkv_weight(); // [h, 3h]
+        let qkv = linear(hidden_states.clone(), qkv_weight.clone(), sa.qkv_bias()); // [b, s, 3h]
         let [q, k, v] = [0, 1, 2].map(|part| split_heads(qkv.clone(), 3, part, heads)); // [b, nh, s, dh]
         let scale = (head_dim as f64).powf(-0.5);
-        let scores = matmul(q.clone(), k.clone().swap_dims(2, 3)); // [b, nh, s, s]
-        let probs = attention_probs(scores, scale, &ctx.attention_bias);
-        let probs_keep = dropout_mask(&probs, ctx.attention_dropout);
-        let probs_dropped = apply_keep(probs.clone(), &probs_keep);
-        let context = matmul_merged(vec![(probs_dropped.clone(), v.clone())]); // [b, s, h]
+        let (context, attention) = attention_core(&q, &k, &v, scale, ctx, keep); // [b, s, h]
 
         // Attention output: dense -> dropout -> residual -> LayerNorm.
-        let attn = dense(&self.attention.output.dense, context);
-        let attention_keep = dropout_mask(&attn, ctx.hidden_dropout);
-        let attn = add_residual(attn, attention_keep.as_ref(), hidden_states);
+        let (attn, attention_keep) = dense_residual(&self.attention.output.dense, context, hidden_states, ctx.hidden_dropout);
         let (x1, ln1) = layer_norm_forward(attn, &self.attention.output.layer_norm, self.attention.output.eps, keep);
 
         // Feed-forward: dense -> exact GELU -> dense -> dropout -> residual -> LayerNorm.
@@ -201,19 +194,16 @@ impl<B: Backend> BertLayer<B> {
         } else {
             (gelu_output(gelu_in), None)
         };
-        let ffn = dense(&self.output.dense, gelu_out);
-        let ffn_keep = dropout_mask(&ffn, ctx.hidden_dropout);
-        let ffn = add_residual(ffn, ffn_keep.as_ref(), x1);
+        let (ffn, ffn_keep) = dense_residual(&self.output.dense, gelu_out, x1, ctx.hidden_dropout);
         let (y, ln2) = layer_norm_forward(ffn, &self.output.layer_norm, self.output.eps, keep);
 
-        let cache = match (ln1, gelu_cache, ln2) {
-            (Some(ln1), Some((gelu_in, gelu_cdf)), Some(ln2)) => Some(LayerCache {
+        let cache = match (ln1, gelu_cache, ln2, attention) {
+            (Some(ln1), Some((gelu_in, gelu_cdf)), Some(ln2), Some(attention)) => Some(LayerCache {
+                qkv_weight,
                 q,
                 k,
                 v,
-                probs,
-                probs_dropped,
-                probs_keep,
+                attention,
                 attention_keep,
                 ln1,
                 gelu_in,
@@ -238,31 +228,94 @@ impl<B: Backend> BertLayer<B> {
         let dffn_dense = apply_keep(dffn.clone(), &cache.ffn_keep);
         let dgelu_out = linear_input_backward(&self.output.dense, dffn_dense); // [b, s, i]
         let dgelu_in = gelu_backward(dgelu_out, &cache.gelu_in, &cache.gelu_cdf);
-        // term 1: the residual path; term 2: through the intermediate dense.
-        let dx1 = add_residual(linear_input_backward(&self.intermediate.dense, dgelu_in), None, dffn);
+        // term 1: the residual path (the GEMM's initial value); term 2: through the intermediate dense.
+        let dx1 = linear_residual(dgelu_in, self.intermediate.dense.weight.val().transpose(), None, dffn);
 
         // Attention block, reversed.
         let dattn = layer_norm_backward_cached(dx1, &cache.ln1, &self.attention.output.layer_norm);
         let dattn_dense = apply_keep(dattn.clone(), &cache.attention_keep);
         let dcontext = split_heads(linear_input_backward(&self.attention.output.dense, dattn_dense), 1, 0, heads);
-        let dprobs = apply_keep(matmul(dcontext.clone(), cache.v.clone().swap_dims(2, 3)), &cache.probs_keep);
-        // Gradient of the scaled scores `q k^T / sqrt(d)`, the scale included.
-        let scale = (head_dim as f64).powf(-0.5);
-        let dscores = softmax_backward(dprobs, &cache.probs, scale); // [b, nh, s, s]
-        // [dq dk dv], [b, s, 3h]: dq = dscores k, dk = dscores^T q, dv = probs^T dcontext.
-        let dqkv = matmul_merged(vec![
-            (dscores.clone(), cache.k.clone()),
-            (dscores.swap_dims(2, 3), cache.q.clone()),
-            (cache.probs_dropped.clone().swap_dims(2, 3), dcontext),
-        ]);
+        let dqkv = attention_core_backward(dcontext, cache, (head_dim as f64).powf(-0.5)); // [b, s, 3h]
 
-        // term 1: the residual path; term 2: through query, key and value, [dq dk dv] W_qkv^T.
-        add_residual(linear(dqkv, sa.qkv_weight().transpose(), None), None, dattn)
+        // term 1: the residual path (the GEMM's initial value); term 2: through query, key and
+        // value, [dq dk dv] W_qkv^T.
+        linear_residual(dqkv, cache.qkv_weight.clone().transpose(), None, dattn)
     }
+}
+
+/// What [`attention_core`] keeps for its VJP.
+#[derive(Debug, Clone)]
+pub struct AttentionProbs<B: Backend> {
+    probs: Tensor<B, 4>,        // [batch, heads, seq, seq], before dropout
+    dropped: Tensor<B, 4>,      // after dropout (`probs` itself without)
+    keep: Option<Tensor<B, 4>>, // the dropout's keep mask
+}
+
+impl<B: Backend> AttentionProbs<B> {
+    fn detach(self) -> Self {
+        Self { probs: self.probs.detach(), dropped: self.dropped.detach(), keep: self.keep.map(|k| k.detach()) }
+    }
+}
+
+/// Attention's core, `dropout(softmax(q k^T * scale + bias)) v` with the heads merged back:
+/// `[batch, heads, seq, head_dim]` each -> `[batch, seq, hidden]`, and the probabilities when
+/// `keep` ("for the backward pass"). Without dropout on them, `kernels::attention` runs it in one
+/// pass per batch item on the CPU; with dropout, and on other backends, it is composed of a
+/// product, the softmax and the merged product.
+fn attention_core<B: Backend>(
+    q: &Tensor<B, 4>,
+    k: &Tensor<B, 4>,
+    v: &Tensor<B, 4>,
+    scale: f64,
+    ctx: &LayerContext<B>,
+    keep: bool,
+) -> (Tensor<B, 3>, Option<AttentionProbs<B>>) {
+    if ctx.attention_dropout == 0.0 {
+        if let Some((context, probs)) = attention(q, k, v, &ctx.attention_bias, scale, keep) {
+            return (context, probs.map(|p| AttentionProbs { dropped: p.clone(), probs: p, keep: None }));
+        }
+    }
+    let scores = matmul(q.clone(), k.clone().swap_dims(2, 3)); // [b, nh, s, s]
+    let probs = attention_probs(scores, scale, &ctx.attention_bias);
+    let probs_keep = dropout_mask(&probs, ctx.attention_dropout);
+    let dropped = apply_keep(probs.clone(), &probs_keep);
+    let context = matmul_merged(vec![(dropped.clone(), v.clone())]); // [b, s, h]
+    (context, Some(AttentionProbs { probs, dropped, keep: probs_keep }))
+}
+
+/// Input-gradients of [`attention_core`], `[dq dk dv]` `[batch, seq, 3 * hidden]`, from
+/// `dcontext` `[batch, heads, seq, head_dim]`: `dscores = softmax_backward(dropout(dcontext v^T))`
+/// (the scale included), `dq = dscores k`, `dk = dscores^T q`, `dv = dropout(probs)^T dcontext`.
+/// One pass per batch item on the CPU when there was no dropout (`kernels::attention_backward`).
+fn attention_core_backward<B: Backend>(dcontext: Tensor<B, 4>, cache: &LayerCache<B>, scale: f64) -> Tensor<B, 3> {
+    let a = &cache.attention;
+    if a.keep.is_none() {
+        if let Some(dqkv) = attention_backward(&dcontext, &cache.q, &cache.k, &cache.v, &a.probs, scale) {
+            return dqkv;
+        }
+    }
+    let dprobs = apply_keep(matmul(dcontext.clone(), cache.v.clone().swap_dims(2, 3)), &a.keep);
+    let dscores = softmax_backward(dprobs, &a.probs, scale); // [b, nh, s, s]
+    matmul_merged(vec![
+        (dscores.clone(), cache.k.clone()),
+        (dscores.swap_dims(2, 3), cache.q.clone()),
+        (a.dropped.clone().swap_dims(2, 3), dcontext),
+    ])
 }
 
 fn dense<B: Backend>(lin: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
     linear(x, lin.weight.val(), lin.bias.as_ref().map(|b| b.val()))
+}
+
+/// `dropout(x W + b) + residual`, and the dropout's keep mask, which the VJP needs. Without
+/// dropout, one op whose GEMM starts from the residual (`linear_residual`).
+fn dense_residual<B: Backend>(lin: &Linear<B>, x: Tensor<B, 3>, residual: Tensor<B, 3>, p: f64) -> (Tensor<B, 3>, Option<Tensor<B, 3>>) {
+    if p == 0.0 {
+        return (linear_residual(x, lin.weight.val(), lin.bias.as_ref().map(|b| b.val()), residual), None);
+    }
+    let y = dense(lin, x);
+    let keep = dropout_mask(&y, p);
+    (add_residual(y, keep.as_ref(), residual), keep)
 }
 
 /// Input-gradient of `x W + b`: `dout W^T`.

@@ -18,7 +18,9 @@ use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_ndarray::{NdArrayTensor, SharedArray};
-use ndarray::{ArrayD, ArrayViewMut2};
+use std::mem::MaybeUninit;
+
+use ndarray::ArrayD;
 
 #[cfg(not(target_arch = "wasm32"))]
 mod autodiff;
@@ -186,46 +188,185 @@ fn linear_cpu_f32<B: Backend, const D: usize>(
         Some(b) => Some(b.as_slice()?),
         None => None,
     };
-    // The bias is the GEMM's initial `C`, written by each part's own thread.
-    let init = |part: &mut [f32]| {
-        if let Some(b) = bias {
-            part.chunks_mut(out).for_each(|row| row.copy_from_slice(b));
-        }
-    };
-    let y = gemm_by_rows(x, weight, init);
+    let y = gemm_by_rows(x, weight, bias);
     shape[D - 1] = out;
     Some(from_cpu_f32(y.into_shape_with_order(shape).ok()?.into_shared()))
 }
 
-/// `c = a b + c0` as a new array, with `c0` what `init` writes into a zeroed part of `c`. The
-/// rows of `c` and `a` are split into one part per thread of rayon's pool, each part one GEMM on
-/// its thread.
+/// `x W + b + residual`: a Linear layer whose output joins the residual stream with no dropout
+/// between (the sub-blocks' output dense at inference, and the VJP's two input-gradients that
+/// meet a residual path).
+///
+/// On burn-ndarray with f32 data the residual is the GEMM's initial `C` (`beta = 1`): updated in
+/// place when nothing else holds its buffer, else copied with the bias added on the way. That
+/// replaces [`linear`] followed by [`add_residual`], a zeroed (or bias-filled) output and then a
+/// pass that read it back. Everywhere else, those two kernels.
+pub fn linear_residual<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+    residual: Tensor<B, D>,
+) -> Tensor<B, D> {
+    match linear_residual_cpu_f32(&x, &weight, bias.as_ref(), residual) {
+        Ok(y) => y,
+        Err(residual) => add_residual(linear(x, weight, bias), None, residual),
+    }
+}
+
+fn linear_residual_cpu_f32<B: Backend, const D: usize>(
+    x: &Tensor<B, D>,
+    weight: &Tensor<B, 2>,
+    bias: Option<&Tensor<B, 1>>,
+    residual: Tensor<B, D>,
+) -> Result<Tensor<B, D>, Tensor<B, D>> {
+    use ndarray::Ix2;
+    let (Ok(x), Ok(weight)) = (cpu_f32(x.clone()), cpu_f32_any_layout(weight.clone())) else { return Err(residual) };
+    let bias = match bias.map(|b| cpu_f32(b.clone())) {
+        Some(Ok(b)) => Some(b),
+        Some(Err(_)) => return Err(residual),
+        None => None,
+    };
+    let Some(weight) = weight.view().into_dimensionality::<Ix2>().ok() else { return Err(residual) };
+    let (features, out) = weight.dim();
+    let fits = x.shape()[D - 1] == features && residual.dims()[..D - 1] == x.shape()[..D - 1] && residual.dims()[D - 1] == out;
+    if !fits || bias.as_ref().is_some_and(|b| b.len() != out) {
+        return Err(residual); // burn's own ops report the mismatch
+    }
+    let mut c = cpu_f32(residual)?;
+    let rows = x.len() / features.max(1);
+    let Ok(x) = x.view().into_shape_with_order((rows, features)) else { return Err(from_cpu_f32(c)) };
+    let bias = bias.as_ref().and_then(|b| b.as_slice());
+    if c.is_unique() {
+        let buf = c.as_slice_mut().expect("standard layout is contiguous");
+        if let Some(bias) = bias {
+            let block = (1usize << 14).div_ceil(out.max(1)) * out.max(1); // whole rows
+            for_blocks(buf, block, |rows| rows.chunks_mut(out.max(1)).for_each(|row| row.iter_mut().zip(bias).for_each(|(c, b)| *c += b)));
+        }
+        gemm_add_by_rows(x, weight, buf);
+        return Ok(from_cpu_f32(c));
+    }
+    // Held elsewhere (IM keeps `h_{t-1}`): a new `C` starts as residual + bias.
+    let init = c.as_slice().expect("standard layout is contiguous");
+    // SAFETY: each part's rows are written whole, from the residual's rows.
+    let y = unsafe { gemm_by_rows_from(x, weight, |first, part| {
+        let rows = part.chunks_exact_mut(out.max(1)).zip(init[first * out..].chunks_exact(out.max(1)));
+        for (row, r) in rows {
+            match bias {
+                Some(b) => row.iter_mut().zip(r).zip(b).for_each(|((c, r), b)| *c = MaybeUninit::new(r + b)),
+                None => row.iter_mut().zip(r).for_each(|(c, r)| *c = MaybeUninit::new(*r)),
+            }
+        }
+    }) };
+    Ok(from_cpu_f32(y.into_shape_with_order(c.shape()).expect("the residual's shape").into_shared()))
+}
+
+/// `c = a b`, plus `bias` on every row, as a new array. The rows of `c` and `a` are split into
+/// one part per thread of rayon's pool, each part one GEMM on its thread. The bias is the GEMM's
+/// initial `C` (`beta = 1`), written by the part's own thread; without one, `beta = 0` and the
+/// GEMM writes every element, so the output is never zeroed first.
 ///
 /// With OpenBLAS, its own thread pool is switched off ([`crate::blas::calling_thread_only`]): its
 /// threads spin for a while after each GEMM, and on a small machine they took the cores from
 /// the rayon kernels between GEMMs (a third of a forward's profile was `sched_yield`). One pool
 /// for everything avoids that. `matrixmultiply` threads itself and gets the product whole.
-fn gemm_by_rows(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayView2<f32>, init: impl Fn(&mut [f32]) + Sync) -> ndarray::Array2<f32> {
-    use ndarray::{linalg::general_mat_mul, s};
+fn gemm_by_rows(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayView2<f32>, bias: Option<&[f32]>) -> ndarray::Array2<f32> {
+    let cols = b.ncols();
+    match bias {
+        // SAFETY: every row of every part gets the bias (`cols` elements, checked by the caller).
+        Some(bias) => unsafe {
+            gemm_by_rows_from(a, b, |_, part| {
+                for row in part.chunks_exact_mut(cols.max(1)) {
+                    // SAFETY: `row` and `bias` both hold `cols` elements, in different buffers.
+                    std::ptr::copy_nonoverlapping(bias.as_ptr(), row.as_mut_ptr().cast(), cols);
+                }
+            })
+        },
+        // SAFETY: no `init`: the GEMM writes with `beta = 0`.
+        None => unsafe { gemm_by_rows_with(a, b, None::<fn(usize, &mut [MaybeUninit<f32>])>) },
+    }
+}
+
+/// [`gemm_by_rows`] from an initial `C`: `init(first_row, part)` writes the part's rows, and the
+/// GEMM adds `a b` to them.
+///
+/// # Safety
+/// `init` must initialise every element of the part it is given.
+unsafe fn gemm_by_rows_from(
+    a: ndarray::ArrayView2<f32>,
+    b: ndarray::ArrayView2<f32>,
+    init: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync,
+) -> ndarray::Array2<f32> {
+    // SAFETY: passed on to the caller.
+    unsafe { gemm_by_rows_with(a, b, Some(init)) }
+}
+
+/// # Safety
+/// As [`gemm_by_rows_from`] when `init` is given.
+unsafe fn gemm_by_rows_with(
+    a: ndarray::ArrayView2<f32>,
+    b: ndarray::ArrayView2<f32>,
+    init: Option<impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync>,
+) -> ndarray::Array2<f32> {
+    use ndarray::s;
     let (rows, cols) = (a.nrows(), b.ncols());
+    let part_rows = gemm_part_rows(&a, cols);
+    let fill = |first: usize, [part]: [&mut [MaybeUninit<f32>]; 1]| {
+        let n = part.len() / cols.max(1);
+        let beta = match &init {
+            Some(init) => {
+                init(first, part);
+                1.0
+            }
+            None => 0.0,
+        };
+        // SAFETY: `part` holds `n` rows of `cols`; with `beta = 1`, `init` initialised them (the
+        // caller's promise).
+        unsafe { gemm_into(a.slice(s![first..first + n, ..]), b, beta, part.as_mut_ptr().cast(), cols) };
+    };
+    // SAFETY: the GEMM writes every element of every part, whatever `beta`.
+    let [c] = unsafe { new_rows_uninit(rows, [cols], part_rows, fill) };
+    ndarray::Array2::from_shape_vec((rows, cols), c).expect("rows * cols elements")
+}
+
+/// `c += a b` in place, `c` row-major `[a.nrows(), b.ncols()]`, split by rows as [`gemm_by_rows`].
+fn gemm_add_by_rows(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayView2<f32>, c: &mut [f32]) {
+    use ndarray::s;
+    let cols = b.ncols();
+    debug_assert_eq!(c.len(), a.nrows() * cols);
+    if cols == 0 {
+        return;
+    }
+    let part_rows = gemm_part_rows(&a, cols).max(1);
+    let run = |(part, c): (usize, &mut [f32])| {
+        let (first, n) = (part * part_rows, c.len() / cols);
+        // SAFETY: `c` holds the part's `n` rows of `cols`, initialised (`beta = 1` reads them).
+        unsafe { gemm_into(a.slice(s![first..first + n, ..]), b, 1.0, c.as_mut_ptr(), cols) };
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        c.par_chunks_mut(part_rows * cols).enumerate().for_each(run);
+    }
+    #[cfg(target_arch = "wasm32")]
+    c.chunks_mut(part_rows * cols).enumerate().for_each(run);
+}
+
+/// Rows of `c = a b` per GEMM call: one part per thread with OpenBLAS (which then runs on the
+/// calling thread, see [`gemm_by_rows`]), the whole product for `matrixmultiply`.
+fn gemm_part_rows(a: &ndarray::ArrayView2<f32>, cols: usize) -> usize {
+    let rows = a.nrows();
     #[cfg(all(feature = "openblas", not(target_arch = "wasm32")))]
-    let part_rows = {
+    {
         crate::blas::calling_thread_only();
         // Below ~1 MFLOP a part costs less than handing it to another thread.
         let threads = rayon::current_num_threads().min(rows.max(1)).min(1 + a.len() * cols / 500_000);
         rows.div_ceil(threads.max(1))
-    };
+    }
     #[cfg(not(all(feature = "openblas", not(target_arch = "wasm32"))))]
-    let part_rows = rows;
-    let [c] = new_rows(rows, [cols], part_rows, |first, [part]| {
-        init(part);
-        let n = part.len() / cols.max(1);
-        let mut c = ArrayViewMut2::from_shape((n, cols), part).expect("a whole number of rows");
-        // beta = 1 adds `init`'s values (zero where it wrote none; OpenBLAS then skips its own
-        // zeroing pass).
-        general_mat_mul(1.0, &a.slice(s![first..first + n, ..]), &b, 1.0, &mut c);
-    });
-    ndarray::Array2::from_shape_vec((rows, cols), c).expect("rows * cols elements")
+    {
+        let _ = cols;
+        rows
+    }
 }
 
 /// Batched matrix product `[b, h, m, k] x [b, h, k, n]` (attention's products; no broadcasting).
@@ -242,7 +383,7 @@ pub fn matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> {
 }
 
 fn matmul_cpu_f32<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B, 4>) -> Option<Tensor<B, 4>> {
-    use ndarray::{linalg::general_mat_mul, s, Ix4};
+    use ndarray::{s, Ix4};
     let a = cpu_f32_any_layout(a.clone()).ok()?;
     let b = cpu_f32_any_layout(b.clone()).ok()?;
     let (a, b) = (a.view().into_dimensionality::<Ix4>().ok()?, b.view().into_dimensionality::<Ix4>().ok()?);
@@ -253,12 +394,14 @@ fn matmul_cpu_f32<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B, 4>) -> Option<Tens
     #[cfg(feature = "openblas")]
     crate::blas::calling_thread_only(); // the blocks run in parallel instead
     // One `(b, h)` product per block.
-    let [c] = new_rows(d0 * d1 * m, [n], m, |first, [block]| {
+    let product = |first: usize, [block]: [&mut [MaybeUninit<f32>]; 1]| {
         let index = first / m.max(1);
         let (i, j) = (index / d1, index % d1);
-        let mut out = ArrayViewMut2::from_shape((m, n), block).expect("m * n elements");
-        general_mat_mul(1.0, &a.slice(s![i, j, .., ..]), &b.slice(s![i, j, .., ..]), 0.0, &mut out);
-    });
+        // SAFETY: `block` holds the `m x n` result; `beta = 0` only writes it.
+        unsafe { gemm_into(a.slice(s![i, j, .., ..]), b.slice(s![i, j, .., ..]), 0.0, block.as_mut_ptr().cast(), n) };
+    };
+    // SAFETY: each block is one whole product, which the GEMM writes.
+    let [c] = unsafe { new_rows_uninit(d0 * d1 * m, [n], m, product) };
     Some(from_cpu_f32(SharedArray::from_shape_vec(vec![d0, d1, m, n], c).ok()?))
 }
 
@@ -313,7 +456,7 @@ pub fn matmul_merged<B: Backend>(products: Vec<(Tensor<B, 4>, Tensor<B, 4>)>) ->
 }
 
 fn matmul_merged_cpu_f32<B: Backend>(products: &[(Tensor<B, 4>, Tensor<B, 4>)]) -> Option<Tensor<B, 3>> {
-    use ndarray::{linalg::general_mat_mul, s, ArrayView4, ArrayViewMut3, Axis, Ix4};
+    use ndarray::{s, ArrayView4, Ix4};
     let mut arrays = Vec::with_capacity(products.len());
     for (a, b) in products {
         arrays.push((cpu_f32_any_layout(a.clone()).ok()?, cpu_f32_any_layout(b.clone()).ok()?));
@@ -335,17 +478,151 @@ fn matmul_merged_cpu_f32<B: Backend>(products: &[(Tensor<B, 4>, Tensor<B, 4>)]) 
     crate::blas::calling_thread_only(); // the blocks run in parallel instead
     // One batch item per block, `[m, part * heads + head, n]`; each product fills its columns.
     let columns = views.len() * heads;
-    let [out] = new_rows(batch * m, [columns * n], m, |first, [item]| {
+    let width = columns * n;
+    let products = |first: usize, [item]: [&mut [MaybeUninit<f32>]; 1]| {
         let i = first / m.max(1);
-        let mut item = ArrayViewMut3::from_shape((m, columns, n), item).expect("one batch item");
         for column in 0..columns {
             let (a, b) = &views[column / heads];
             let j = column % heads;
-            let mut block = item.index_axis_mut(Axis(1), column);
-            general_mat_mul(1.0, &a.slice(s![i, j, .., ..]), &b.slice(s![i, j, .., ..]), 0.0, &mut block);
+            // SAFETY: the `m x n` block at column `column * n` of the item's `m` rows of `width`;
+            // `beta = 0` only writes it.
+            let block = unsafe { item.as_mut_ptr().add(column * n) }.cast();
+            unsafe { gemm_into(a.slice(s![i, j, .., ..]), b.slice(s![i, j, .., ..]), 0.0, block, width) };
         }
-    });
+    };
+    // SAFETY: the item's columns are covered by its products, each written whole by its GEMM.
+    let [out] = unsafe { new_rows_uninit(batch * m, [width], m, products) };
     Some(from_cpu_f32(SharedArray::from_shape_vec(vec![batch, m, columns * n], out).ok()?))
+}
+
+/// Self-attention's core at inference, `softmax(q k^T * scale + bias) v`, with the heads merged
+/// back: `q`, `k`, `v` `[batch, heads, seq, head_dim]` and the padding bias `[batch, 1, 1, seq]`
+/// give the context `[batch, seq, heads * head_dim]` and, when `keep_probs`, the probabilities
+/// `[batch, heads, seq, seq]` (a VJP reads them).
+///
+/// One pass per batch item: each head's scores become probabilities and then context while they
+/// are in cache. As [`matmul`], [`attention_probs`] and [`matmul_merged`] (what every other case
+/// runs), the scores went through memory three times. `None` where the data is not
+/// burn-ndarray's f32 (other backends, autodiff): the caller composes those kernels.
+pub fn attention<B: Backend>(
+    q: &Tensor<B, 4>,
+    k: &Tensor<B, 4>,
+    v: &Tensor<B, 4>,
+    bias: &Tensor<B, 4>,
+    scale: f64,
+    keep_probs: bool,
+) -> Option<(Tensor<B, 3>, Option<Tensor<B, 4>>)> {
+    use ndarray::s;
+    let [q, k, v] = [q, k, v].map(|t| cpu_f32_any_layout(t.clone()).ok());
+    let (q, k, v) = (q?, k?, v?);
+    let (q, k, v) = (view4(&q)?, view4(&k)?, view4(&v)?);
+    let [batch, heads, seq, head_dim] = <[usize; 4]>::from(q.dim());
+    if k.dim() != q.dim() || v.dim() != q.dim() {
+        return None;
+    }
+    let bias = cpu_f32(bias.clone()).ok().filter(|b| b.len() == batch * seq)?;
+    let bias = bias.as_slice()?;
+    #[cfg(feature = "openblas")]
+    crate::blas::calling_thread_only(); // the items run in parallel instead
+    let (hidden, square, scale) = (heads * head_dim, seq * seq, scale as f32);
+    // Batch item `i`: every head into `context` ([seq, hidden]), the probabilities into `probs`
+    // ([heads, seq, seq]), which without `keep_probs` is scratch reused head after head.
+    let item = |i: usize, context: &mut [MaybeUninit<f32>], probs: &mut [MaybeUninit<f32>]| {
+        let item_bias = &bias[i * seq..][..seq];
+        for j in 0..heads {
+            let p = &mut probs[if keep_probs { j * square } else { 0 }..][..square];
+            let (qh, kh, vh) = (q.slice(s![i, j, .., ..]), k.slice(s![i, j, .., ..]), v.slice(s![i, j, .., ..]));
+            // scores = q k^T
+            // SAFETY: `p` holds the `seq x seq` scores; `beta = 0` only writes them.
+            unsafe { gemm_into(qh, kh.t(), 0.0, p.as_mut_ptr().cast(), seq) };
+            // SAFETY: just written whole.
+            let p = unsafe { &mut *(p as *mut [MaybeUninit<f32>] as *mut [f32]) };
+            for row in p.chunks_exact_mut(seq.max(1)) {
+                row.iter_mut().zip(item_bias).for_each(|(v, b)| *v = *v * scale + b);
+                softmax_row(row);
+            }
+            // context[:, head j] = probs v
+            let p = ndarray::ArrayView2::from_shape((seq, seq), p).expect("seq x seq");
+            // SAFETY: head `j`'s `seq x head_dim` columns of the item's rows of `hidden`.
+            unsafe { gemm_into(p, vh, 0.0, context.as_mut_ptr().add(j * head_dim).cast(), hidden) };
+        }
+    };
+    let (context, probs) = if keep_probs {
+        // SAFETY: `item` writes every head's columns of the context and every head's scores.
+        let [context, probs] = unsafe { new_rows_uninit(batch, [seq * hidden, heads * square], 1, |i, [c, p]| item(i, c, p)) };
+        (context, Some(probs))
+    } else {
+        let run = |i: usize, [c]: [&mut [MaybeUninit<f32>]; 1]| item(i, c, &mut vec![MaybeUninit::uninit(); square]);
+        // SAFETY: `item` writes every head's columns of the context.
+        let [context] = unsafe { new_rows_uninit(batch, [seq * hidden], 1, run) };
+        (context, None)
+    };
+    let context = from_cpu_f32(SharedArray::from_shape_vec(vec![batch, seq, hidden], context).ok()?);
+    let probs = match probs {
+        Some(p) => Some(from_cpu_f32(SharedArray::from_shape_vec(vec![batch, heads, seq, seq], p).ok()?)),
+        None => None,
+    };
+    Some((context, probs))
+}
+
+/// [`attention`]'s input-gradients at inference, `[dq dk dv]` `[batch, seq, 3 * heads * head_dim]`
+/// (the fused projection's layout) from `dcontext` `[batch, heads, seq, head_dim]` and the
+/// forward's `q`, `k`, `v` and probabilities (no dropout): per head,
+/// `dscores = softmax_backward(dcontext v^T, probs) * scale`, `dq = dscores k`,
+/// `dk = dscores^T q`, `dv = probs^T dcontext`.
+///
+/// One pass per batch item with each head's `dscores` in cache, where the composed kernels wrote
+/// `dprobs` and `dscores` to memory and read them back three times. `None` where the data is not
+/// burn-ndarray's f32: the caller composes the kernels.
+pub fn attention_backward<B: Backend>(
+    dcontext: &Tensor<B, 4>,
+    q: &Tensor<B, 4>,
+    k: &Tensor<B, 4>,
+    v: &Tensor<B, 4>,
+    probs: &Tensor<B, 4>,
+    scale: f64,
+) -> Option<Tensor<B, 3>> {
+    use ndarray::s;
+    let [dcontext, q, k, v] = [dcontext, q, k, v].map(|t| cpu_f32_any_layout(t.clone()).ok());
+    let (dcontext, q, k, v) = (dcontext?, q?, k?, v?);
+    let (dcontext, q, k, v) = (view4(&dcontext)?, view4(&q)?, view4(&k)?, view4(&v)?);
+    let [batch, heads, seq, head_dim] = <[usize; 4]>::from(q.dim());
+    if [dcontext.dim(), k.dim(), v.dim()].iter().any(|d| *d != q.dim()) {
+        return None;
+    }
+    let probs = cpu_f32(probs.clone()).ok().filter(|p| p.len() == batch * heads * seq * seq)?;
+    let probs = probs.as_slice()?;
+    #[cfg(feature = "openblas")]
+    crate::blas::calling_thread_only(); // the items run in parallel instead
+    let (hidden, square, scale) = (heads * head_dim, seq * seq, scale as f32);
+    let width = 3 * hidden;
+    let item = |i: usize, [out]: [&mut [MaybeUninit<f32>]; 1]| {
+        let mut dscores = vec![0.0f32; square];
+        for j in 0..heads {
+            let p = &probs[(i * heads + j) * square..][..square];
+            let (dc, qh, kh, vh) =
+                (dcontext.slice(s![i, j, .., ..]), q.slice(s![i, j, .., ..]), k.slice(s![i, j, .., ..]), v.slice(s![i, j, .., ..]));
+            // dprobs = dcontext v^T, then dscores in place.
+            // SAFETY: `dscores` holds `seq x seq`.
+            unsafe { gemm_into(dc, vh.t(), 0.0, dscores.as_mut_ptr(), seq) };
+            for (d, p) in dscores.chunks_exact_mut(seq.max(1)).zip(p.chunks_exact(seq.max(1))) {
+                softmax_backward_row(d, p, scale);
+            }
+            let ds = ndarray::ArrayView2::from_shape((seq, seq), &dscores[..]).expect("seq x seq");
+            let p = ndarray::ArrayView2::from_shape((seq, seq), p).expect("seq x seq");
+            // SAFETY: head `j`'s columns of part 0 (dq), 1 (dk) and 2 (dv) of the item's rows.
+            unsafe {
+                let out = out.as_mut_ptr().cast::<f32>();
+                let column = |part: usize| out.add(part * hidden + j * head_dim);
+                gemm_into(ds, kh, 0.0, column(0), width);
+                gemm_into(ds.t(), qh, 0.0, column(1), width);
+                gemm_into(p.t(), dc, 0.0, column(2), width);
+            }
+        }
+    };
+    // SAFETY: `item` writes every head's columns of all three parts.
+    let [dqkv] = unsafe { new_rows_uninit(batch, [seq * width], 1, item) };
+    Some(from_cpu_f32(SharedArray::from_shape_vec(vec![batch, seq, width], dqkv).ok()?))
 }
 
 /// `x^T g` summed over all rows: the weight gradient of [`linear`], `[in, out]` from `x`
@@ -366,7 +643,7 @@ pub fn weight_gradient<B: Backend, const D: usize>(x: Tensor<B, D>, g: Tensor<B,
     if gv.nrows() != rows {
         return composed(x, g); // burn's own op reports the mismatch
     }
-    let w = gemm_by_rows(xv.t(), gv, |_| ());
+    let w = gemm_by_rows(xv.t(), gv, None);
     from_cpu_f32(w.into_dyn().into_shared())
 }
 
@@ -399,7 +676,9 @@ fn gelu_cpu_f32<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Option<(Tensor<
     let x = cpu_f32(x.clone()).ok()?;
     let xs = x.as_slice()?;
     const BLOCK: usize = 1 << 14;
-    let [y, cdf] = new_rows(xs.len(), [1, 1], BLOCK, |first, [y, c]| gelu_and_cdf(&xs[first..first + y.len()], y, c));
+    // SAFETY: `gelu_and_cdf` writes every element of both blocks, one per element of `x`'s slice
+    // of the same length.
+    let [y, cdf] = unsafe { new_rows_uninit(xs.len(), [1, 1], BLOCK, |first, [y, c]| gelu_and_cdf(&xs[first..first + y.len()], y, c)) };
     let shaped = |v: Vec<f32>| ArrayD::from_shape_vec(x.shape(), v).ok().map(|a| from_cpu_f32(a.into_shared()));
     Some((shaped(y)?, shaped(cdf)?))
 }
@@ -616,16 +895,21 @@ fn layer_norm_cpu_f32<B: Backend, const D: usize>(
         Some(b) => Some(b.as_slice()?),
         None => None,
     };
-    let rows = x.len() / width.max(1);
-    let block = (1usize << 12).div_ceil(width.max(1));
-    let work = |first: usize, [y, x_hat, rstd]: [&mut [f32]; 3]| {
+    if gamma.len() != width || beta.is_some_and(|b| b.len() != width) || width == 0 {
+        return None; // burn's own ops report the mismatch
+    }
+    let rows = x.len() / width;
+    let block = (1usize << 12).div_ceil(width);
+    let work = |first: usize, [y, x_hat, rstd]: [&mut [MaybeUninit<f32>]; 3]| {
         let x = &x[first * width..][..y.len()];
         let rows = x.chunks(width).zip(y.chunks_mut(width)).zip(x_hat.chunks_mut(width)).zip(rstd);
         for (((x, y), x_hat), r) in rows {
-            *r = layer_norm_row(x, y, x_hat, gamma, beta, eps);
+            r.write(layer_norm_row(x, y, x_hat, gamma, beta, eps));
         }
     };
-    let [y, x_hat, rstd] = new_rows(rows, [width, width, 1], block, work);
+    // SAFETY: each row writes its `y` and `x_hat` whole (`gamma` and `beta` are as wide as the
+    // rows, checked above) and its `rstd`.
+    let [y, x_hat, rstd] = unsafe { new_rows_uninit(rows, [width, width, 1], block, work) };
 
     let array = |v: Vec<f32>, shape: &[usize]| {
         SharedArray::from_shape_vec(shape.to_vec(), v).expect("length matches shape")
@@ -772,12 +1056,15 @@ fn normalise(v: f32, mean: f32, rstd: f32, gamma: f32, beta: f32) -> (f32, f32) 
 }
 
 vectorised! {
-    /// One row of [`layer_norm`]: writes `x_hat` and `y`, returns `rstd`.
-    fn layer_norm_row(x: &[f32], y: &mut [f32], x_hat: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, eps: f64) -> f32 {
+    /// One row of [`layer_norm`]: writes `x_hat` and `y` (as many elements as `x` and `gamma`
+    /// have), returns `rstd`.
+    fn layer_norm_row(x: &[f32], y: &mut [MaybeUninit<f32>], x_hat: &mut [MaybeUninit<f32>], gamma: &[f32], beta: Option<&[f32]>, eps: f64) -> f32 {
         let (mean, rstd) = mean_rstd(x, eps);
         let beta = beta.unwrap_or(&[]).iter().copied().chain(std::iter::repeat(0.0));
         for ((((&v, y), h), &g), b) in x.iter().zip(y.iter_mut()).zip(x_hat.iter_mut()).zip(gamma).zip(beta) {
-            (*h, *y) = normalise(v, mean, rstd, g, b);
+            let (normalised, out) = normalise(v, mean, rstd, g, b);
+            h.write(normalised);
+            y.write(out);
         }
         rstd
     }
@@ -809,11 +1096,12 @@ vectorised! {
 }
 
 vectorised! {
-    /// `y = x Phi(x)` and `cdf = Phi(x)`, element by element.
-    fn gelu_and_cdf(x: &[f32], y: &mut [f32], cdf: &mut [f32]) {
+    /// `y = x Phi(x)` and `cdf = Phi(x)`, element by element (as many as `x` has).
+    fn gelu_and_cdf(x: &[f32], y: &mut [MaybeUninit<f32>], cdf: &mut [MaybeUninit<f32>]) {
         for ((&x, y), c) in x.iter().zip(y.iter_mut()).zip(cdf.iter_mut()) {
-            *c = cdf_f32(x);
-            *y = x * *c;
+            let phi = cdf_f32(x);
+            c.write(phi);
+            y.write(x * phi);
         }
     }
 }
@@ -916,7 +1204,28 @@ fn new_rows<const K: usize>(
     block_rows: usize,
     kernel: impl Fn(usize, [&mut [f32]; K]) + Send + Sync,
 ) -> [Vec<f32>; K] {
-    use std::mem::MaybeUninit;
+    let zeroed = |first, blocks: [&mut [MaybeUninit<f32>]; K]| {
+        kernel(first, blocks.map(|block| {
+            block.fill(MaybeUninit::new(0.0));
+            // SAFETY: every element was just initialised; MaybeUninit<f32> has f32's layout.
+            unsafe { &mut *(block as *mut [MaybeUninit<f32>] as *mut [f32]) }
+        }))
+    };
+    // SAFETY: `zeroed` initialises every element of every block.
+    unsafe { new_rows_uninit(rows, widths, block_rows, zeroed) }
+}
+
+/// [`new_rows`] without the zeroing, for kernels that write every element themselves (a GEMM
+/// with `beta = 0` or a bias as its initial `C`): the zeroing pass was 6% of a BERT forward.
+///
+/// # Safety
+/// `kernel` must initialise every element of every block it is given.
+unsafe fn new_rows_uninit<const K: usize>(
+    rows: usize,
+    widths: [usize; K],
+    block_rows: usize,
+    kernel: impl Fn(usize, [&mut [MaybeUninit<f32>]; K]) + Send + Sync,
+) -> [Vec<f32>; K] {
     let block_rows = block_rows.max(1);
     let mut buffers: [Vec<f32>; K] = widths.map(|w| Vec::with_capacity(rows * w));
     {
@@ -931,13 +1240,7 @@ fn new_rows<const K: usize>(
             });
             parts.push((first, blocks));
         }
-        let run = |(first, blocks): (usize, [&mut [MaybeUninit<f32>]; K])| {
-            kernel(first, blocks.map(|block| {
-                block.fill(MaybeUninit::new(0.0));
-                // SAFETY: every element was just initialised; MaybeUninit<f32> has f32's layout.
-                unsafe { &mut *(block as *mut [MaybeUninit<f32>] as *mut [f32]) }
-            }))
-        };
+        let run = |(first, blocks): (usize, [&mut [MaybeUninit<f32>]; K])| kernel(first, blocks);
         #[cfg(not(target_arch = "wasm32"))]
         {
             use rayon::prelude::*;
@@ -947,10 +1250,55 @@ fn new_rows<const K: usize>(
         parts.into_iter().for_each(run);
     }
     for (buffer, width) in buffers.iter_mut().zip(widths) {
-        // SAFETY: the blocks cover all `rows * width` elements, and each was initialised above.
+        // SAFETY: the blocks cover all `rows * width` elements, and the caller promises that
+        // `kernel` initialised each.
         unsafe { buffer.set_len(rows * width) };
     }
     buffers
+}
+
+/// `c = a b + beta c` for `[m, k] x [k, n]` views of any strides, with `c` row-major, its rows
+/// `ldc` elements apart. With `beta = 0`, `c` is only written, so it may be uninitialised (BLAS
+/// and `matrixmultiply` both promise not to read it). OpenBLAS runs it when both operands have
+/// a BLAS layout (one unit stride), `matrixmultiply` otherwise and in builds without OpenBLAS.
+///
+/// # Safety
+/// `c` must be valid for writes (and reads, if `beta != 0`) of `m` rows of `n` elements, `ldc`
+/// apart, and not alias `a` or `b`.
+unsafe fn gemm_into(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayView2<f32>, beta: f32, c: *mut f32, ldc: usize) {
+    let ((m, k), n) = (a.dim(), b.ncols());
+    debug_assert_eq!(k, b.nrows());
+    debug_assert!(n <= ldc || m <= 1);
+    if m == 0 || n == 0 {
+        return;
+    }
+    #[cfg(all(feature = "openblas", not(target_arch = "wasm32")))]
+    if let (Some(a_layout), Some(b_layout)) = (blas_layout(&a), blas_layout(&b)) {
+        if k > 0 {
+            // SAFETY: the layouts describe the views' memory; the caller vouches for `c`.
+            unsafe { crate::blas::sgemm(a_layout, b_layout, [m, n, k], a.as_ptr(), b.as_ptr(), beta, c, ldc) };
+            return;
+        }
+    }
+    let ([rsa, csa], [rsb, csb]) = (<[isize; 2]>::try_from(a.strides()).unwrap_or_default(), <[isize; 2]>::try_from(b.strides()).unwrap_or_default());
+    // SAFETY: the strides describe the views' memory; the caller vouches for `c`.
+    unsafe { matrixmultiply::sgemm(m, k, n, 1.0, a.as_ptr(), rsa, csa, b.as_ptr(), rsb, csb, beta, c, ldc as isize, 1) };
+}
+
+/// How a BLAS reads a view: `(transposed, leading dimension)`, or `None` when neither stride is
+/// 1 (or a stride is negative).
+#[cfg(all(feature = "openblas", not(target_arch = "wasm32")))]
+fn blas_layout(x: &ndarray::ArrayView2<f32>) -> Option<crate::blas::Layout> {
+    let (rows, cols) = x.dim();
+    let [s0, s1] = <[isize; 2]>::try_from(x.strides()).ok()?;
+    let (s0, s1) = (usize::try_from(s0).ok()?, usize::try_from(s1).ok()?);
+    if (s1 == 1 || cols == 1) && s0 >= cols.max(1) {
+        Some(crate::blas::Layout { transposed: false, leading: s0 })
+    } else if (s0 == 1 || rows == 1) && s1 >= rows.max(1) {
+        Some(crate::blas::Layout { transposed: true, leading: s1 })
+    } else {
+        None
+    }
 }
 
 /// AdamW's settings at one optimizer step, for [`adamw_update`].
@@ -1048,6 +1396,11 @@ pub fn adamw_update<B: Backend, const D: usize>(
 fn cpu_f32<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<SharedArray<f32>, Tensor<B, D>> {
     let array = cpu_f32_any_layout(x)?;
     Ok(if array.is_standard_layout() { array } else { array.as_standard_layout().into_owned().into_shared() })
+}
+
+/// A 4-D view of an array that should be one.
+fn view4(a: &SharedArray<f32>) -> Option<ndarray::ArrayView4<'_, f32>> {
+    a.view().into_dimensionality::<ndarray::Ix4>().ok()
 }
 
 /// [`cpu_f32`] without the copy to standard layout: a transposed view stays one.
@@ -1274,6 +1627,32 @@ mod tests {
         assert_eq!(y.dims(), [2, 1, 24]);
     }
 
+    /// `linear_residual` equals `linear` then `add_residual`, with the residual's buffer held
+    /// elsewhere (copied) or not (updated in place), with a bias or a transposed weight, on rows
+    /// that do not fill the bias pass's blocks evenly (100 x 200 elements). A held residual is
+    /// left as it was.
+    #[test]
+    fn linear_residual_matches_linear_then_add() {
+        let (rows, features, out) = (100, 24, 200);
+        let x = f32_tensor::<Cpu, 3>(noise(rows * features, 1.0), [4, 25, features]);
+        let weight = f32_tensor::<Cpu, 2>(noise(features * out, 1.0), [features, out]);
+        let weight_t = f32_tensor::<Cpu, 2>(noise(features * out, 1.0), [out, features]).transpose();
+        let bias = f32_tensor::<Cpu, 1>(noise(out, 1.0), [out]);
+        let residual_values = noise(rows * out, 1.0);
+        let residual = || f32_tensor::<Cpu, 3>(residual_values.clone(), [4, 25, out]);
+        for (w, b) in [(weight.clone(), Some(bias.clone())), (weight_t.clone(), None)] {
+            let want = values(add_residual(linear(x.clone(), w.clone(), b.clone()), None, residual()));
+            let unique = values(linear_residual(x.clone(), w.clone(), b.clone(), residual()));
+            let held = residual();
+            let shared = values(linear_residual(x.clone(), w.clone(), b.clone(), held.clone()));
+            assert_eq!(values(held), residual_values, "the held residual was written");
+            for got in [unique, shared] {
+                let diff = max_abs_diff(&got, &want);
+                assert!(diff < 1e-5, "{diff}");
+            }
+        }
+    }
+
     /// Plain, transposed (`k^T`) and head-split (strided) operands.
     #[test]
     fn batched_matmul_kernel_matches_composed() {
@@ -1291,6 +1670,46 @@ mod tests {
         };
         let rel = fused_vs_composed(&[[2, 5, 3, 4], [2, 5, 3, 4]], 1.0, split, split_ad);
         assert!(rel < 1e-6, "{rel}");
+    }
+
+    /// `gemm_into` against a plain f64 triple loop on every operand layout it meets: row-major,
+    /// transposed (BLAS takes it), strided in both dimensions and reversed (neither BLAS layout:
+    /// `matrixmultiply` takes it), into rows wider than the product. With `beta = 0` the output
+    /// starts as NaN, which any read of it would carry into the result.
+    #[test]
+    fn gemm_into_matches_definition_on_every_layout() {
+        use ndarray::{s, Array2, ArrayView2};
+        let (m, k, n, ldc) = (7, 5, 6, 9);
+        let a = Array2::from_shape_vec((m, 2 * k), noise(m * 2 * k, 1.0)).unwrap();
+        let bt = Array2::from_shape_vec((n, k), noise(n * k, 1.0)).unwrap();
+        let a_views: [(&str, ArrayView2<f32>); 3] = [
+            ("row-major", a.slice(s![.., ..k])),
+            ("strided", a.slice(s![.., ..;2])),
+            ("reversed", a.slice(s![..;-1, ..k])),
+        ];
+        let b_row_major = bt.t().to_owned();
+        let b_views: [(&str, ArrayView2<f32>); 2] = [("row-major", b_row_major.view()), ("transposed", bt.t())];
+        for (a_name, av) in &a_views {
+            for (b_name, bv) in &b_views {
+                for beta in [0.0f32, 1.0] {
+                    let start = if beta == 0.0 { f32::NAN } else { 0.5 };
+                    let mut c = vec![start; m * ldc];
+                    unsafe { gemm_into(av.view(), bv.view(), beta, c.as_mut_ptr(), ldc) };
+                    for i in 0..m {
+                        for j in 0..ldc {
+                            let got = c[i * ldc + j];
+                            if j >= n {
+                                assert!(got.is_nan() || got == start, "column {j} past the product was written");
+                                continue;
+                            }
+                            let dot: f64 = (0..k).map(|l| av[[i, l]] as f64 * bv[[l, j]] as f64).sum();
+                            let want = if beta == 0.0 { dot } else { dot + start as f64 };
+                            assert!((got as f64 - want).abs() < 1e-5, "{a_name} x {b_name}, beta {beta}: [{i}, {j}] {got} vs {want}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The head views and the merged products equal burn's narrow / reshape / swap / cat.
@@ -1316,6 +1735,40 @@ mod tests {
         let burn = Tensor::cat(products.into_iter().map(merge).collect(), 2);
         let diff = max_abs_diff(&values(ours), &values(burn));
         assert!(diff < 1e-5, "{diff}");
+    }
+
+    /// The fused attention and its backward equal the composed kernels they replace at
+    /// inference, on head views of one `[q k v]` projection and with padded keys (seq 7, keys
+    /// 5..7 and 6..7 masked), probabilities kept or not.
+    #[test]
+    fn fused_attention_matches_composed_kernels() {
+        let (batch, seq, heads, head_dim) = (2, 7, 3, 4);
+        let hidden = heads * head_dim;
+        let qkv = f32_tensor::<Cpu, 3>(noise(batch * seq * 3 * hidden, 1.0), [batch, seq, 3 * hidden]);
+        let [q, k, v] = [0, 1, 2].map(|part| split_heads(qkv.clone(), 3, part, heads));
+        let (bias, scale) = (padding_bias::<Cpu>(), 0.5);
+        let probs = attention_probs(matmul(q.clone(), k.clone().swap_dims(2, 3)), scale, &bias);
+        let context = matmul_merged(vec![(probs.clone(), v.clone())]);
+        let (fused_context, fused_probs) = attention(&q, &k, &v, &bias, scale, true).expect("CPU f32 data");
+        assert!(max_abs_diff(&values(fused_context.clone()), &values(context.clone())) < 1e-6);
+        assert!(max_abs_diff(&values(fused_probs.expect("kept")), &values(probs.clone())) < 1e-7);
+        let (unkept_context, none) = attention(&q, &k, &v, &bias, scale, false).expect("CPU f32 data");
+        assert!(none.is_none());
+        assert_eq!(values(unkept_context), values(fused_context));
+
+        let dcontext = split_heads(f32_tensor::<Cpu, 3>(noise(batch * seq * hidden, 1.0), [batch, seq, hidden]), 1, 0, heads);
+        let dscores = softmax_backward(matmul(dcontext.clone(), v.clone().swap_dims(2, 3)), &probs, scale);
+        let dqkv = matmul_merged(vec![
+            (dscores.clone(), k.clone()),
+            (dscores.swap_dims(2, 3), q.clone()),
+            (probs.clone().swap_dims(2, 3), dcontext.clone()),
+        ]);
+        let fused = attention_backward(&dcontext, &q, &k, &v, &probs, scale).expect("CPU f32 data");
+        let diff = max_abs_diff(&values(fused), &values(dqkv));
+        assert!(diff < 1e-5, "{diff}");
+        // Under autodiff the caller composes: no fused path.
+        let ad = |t: &Tensor<Cpu, 4>| Tensor::<Autodiff<Cpu>, 4>::from_inner(t.clone());
+        assert!(attention(&ad(&q), &ad(&k), &ad(&v), &padding_bias(), scale, true).is_none());
     }
 
     #[test]
