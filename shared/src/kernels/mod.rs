@@ -248,7 +248,7 @@ fn linear_residual_cpu_f32<B: Backend, const D: usize>(
     // Held elsewhere (IM keeps `h_{t-1}`): a new `C` starts as residual + bias.
     let init = c.as_slice().expect("standard layout is contiguous");
     // SAFETY: each part's rows are written whole, from the residual's rows.
-    let y = unsafe { gemm_by_rows_from(x, weight, |first, part| {
+    let y = unsafe { gemm_by_rows_with(x, weight, Some(|first: usize, part: &mut [MaybeUninit<f32>]| {
         let rows = part.chunks_exact_mut(out.max(1)).zip(init[first * out..].chunks_exact(out.max(1)));
         for (row, r) in rows {
             match bias {
@@ -256,7 +256,7 @@ fn linear_residual_cpu_f32<B: Backend, const D: usize>(
                 None => row.iter_mut().zip(r).for_each(|(c, r)| *c = MaybeUninit::new(*r)),
             }
         }
-    }) };
+    })) };
     Ok(from_cpu_f32(y.into_shape_with_order(c.shape()).expect("the residual's shape").into_shared()))
 }
 
@@ -274,34 +274,23 @@ fn gemm_by_rows(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayView2<f32>, bias: 
     match bias {
         // SAFETY: every row of every part gets the bias (`cols` elements, checked by the caller).
         Some(bias) => unsafe {
-            gemm_by_rows_from(a, b, |_, part| {
+            gemm_by_rows_with(a, b, Some(|_: usize, part: &mut [MaybeUninit<f32>]| {
                 for row in part.chunks_exact_mut(cols.max(1)) {
                     // SAFETY: `row` and `bias` both hold `cols` elements, in different buffers.
                     std::ptr::copy_nonoverlapping(bias.as_ptr(), row.as_mut_ptr().cast(), cols);
                 }
-            })
+            }))
         },
         // SAFETY: no `init`: the GEMM writes with `beta = 0`.
         None => unsafe { gemm_by_rows_with(a, b, None::<fn(usize, &mut [MaybeUninit<f32>])>) },
     }
 }
 
-/// [`gemm_by_rows`] from an initial `C`: `init(first_row, part)` writes the part's rows, and the
-/// GEMM adds `a b` to them.
+/// [`gemm_by_rows`] from an initial `C` when `init` is given: `init(first_row, part)` writes the
+/// part's rows and the GEMM adds `a b` to them (`beta = 1`); without, `beta = 0`.
 ///
 /// # Safety
-/// `init` must initialise every element of the part it is given.
-unsafe fn gemm_by_rows_from(
-    a: ndarray::ArrayView2<f32>,
-    b: ndarray::ArrayView2<f32>,
-    init: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync,
-) -> ndarray::Array2<f32> {
-    // SAFETY: passed on to the caller.
-    unsafe { gemm_by_rows_with(a, b, Some(init)) }
-}
-
-/// # Safety
-/// As [`gemm_by_rows_from`] when `init` is given.
+/// `init`, when given, must initialise every element of the part it is given.
 unsafe fn gemm_by_rows_with(
     a: ndarray::ArrayView2<f32>,
     b: ndarray::ArrayView2<f32>,
@@ -537,10 +526,7 @@ pub fn attention<B: Backend>(
             unsafe { gemm_into(qh, kh.t(), 0.0, p.as_mut_ptr().cast(), seq) };
             // SAFETY: just written whole.
             let p = unsafe { &mut *(p as *mut [MaybeUninit<f32>] as *mut [f32]) };
-            for row in p.chunks_exact_mut(seq.max(1)) {
-                row.iter_mut().zip(item_bias).for_each(|(v, b)| *v = *v * scale + b);
-                softmax_row(row);
-            }
+            p.chunks_exact_mut(seq.max(1)).for_each(|row| attention_probs_row(row, item_bias, scale));
             // context[:, head j] = probs v
             let p = ndarray::ArrayView2::from_shape((seq, seq), p).expect("seq x seq");
             // SAFETY: head `j`'s `seq x head_dim` columns of the item's rows of `hidden`.
@@ -663,11 +649,17 @@ pub fn attention_probs<B: Backend>(scores: Tensor<B, 4>, scale: f64, bias: &Tens
     let kernel = |first_row: usize, out: &mut [f32], _: [&[f32]; 0]| {
         for (i, row) in out.chunks_mut(keys).enumerate() {
             let item_bias = &bias_f32[(first_row + i) / rows_per_item * keys..][..keys];
-            row.iter_mut().zip(item_bias).for_each(|(v, b)| *v = *v * scale_f32 + b);
-            softmax_row(row);
+            attention_probs_row(row, item_bias, scale_f32);
         }
     };
     rows_in_place(scores, [], kernel).unwrap_or_else(composed)
+}
+
+/// One row of [`attention_probs`] in place: `softmax(scores * scale + bias)` over the keys.
+#[inline]
+fn attention_probs_row(row: &mut [f32], bias: &[f32], scale: f32) {
+    row.iter_mut().zip(bias).for_each(|(v, b)| *v = *v * scale + b);
+    softmax_row(row);
 }
 
 /// [`gelu`] on burn-ndarray with f32 data: one pass reads `x` and writes both outputs. (As two
