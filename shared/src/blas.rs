@@ -4,9 +4,11 @@
 //!
 //! OpenBLAS picks its kernels once, when the library loads, from the CPU model number. A release
 //! older than the CPU does not know it and falls back to its SSE3 ("Prescott") kernels: Debian
-//! 12's 0.3.21 does so on Sapphire Rapids and is then slower than `matrixmultiply`. Only the
-//! environment variable `OPENBLAS_CORETYPE`, read at load time, overrides the choice, so
-//! `advice` says what to set (the Makefile sets it).
+//! 12's 0.3.21 does so on Sapphire Rapids and is then slower than `matrixmultiply` (it takes
+//! AMD's Zen 5 for a Cooperlake, an AVX-512 set, and is right). Only the environment variable
+//! `OPENBLAS_CORETYPE`, read at load time, overrides the choice, so `advice` says what to set
+//! (the Makefile sets it unless the environment already does: some machine images set it to
+//! `Haswell`, AVX2, for every process, which halves the GEMM speed of an AVX-512 CPU).
 
 #[cfg(feature = "openblas")]
 use std::ffi::{c_char, CStr};
@@ -89,10 +91,14 @@ pub(crate) fn calling_thread_only() {
     ONCE.call_once(|| unsafe { openblas_set_num_threads(1) });
 }
 
-/// The GEMM burn-ndarray runs in this build, for benchmark headers and logs.
+/// The GEMM burn-ndarray runs in this build, for benchmark headers and logs; with OpenBLAS on
+/// kernels older than the CPU supports, it says so, since the figures then understate the CPU.
 pub fn cpu_gemm() -> String {
     #[cfg(feature = "openblas")]
-    return format!("OpenBLAS ({} kernels)", core_name());
+    return match advice() {
+        Some(advice) => format!("OpenBLAS ({} kernels) [{advice}]", core_name()),
+        None => format!("OpenBLAS ({} kernels)", core_name()),
+    };
     #[cfg(not(feature = "openblas"))]
     return "matrixmultiply".to_string();
 }
@@ -110,12 +116,13 @@ pub fn core_name() -> String {
 pub fn advice() -> Option<String> {
     let (wanted, wanted_level) = best_core()?;
     let core = core_name();
-    (level(&core) < wanted_level).then(|| {
-        format!(
-            "OpenBLAS does not recognise this CPU and chose its {core} kernels; \
-             set OPENBLAS_CORETYPE={wanted} to use its {wanted} kernels (about 2x faster GEMM)"
-        )
-    })
+    let why = match std::env::var("OPENBLAS_CORETYPE") {
+        // Some machine images set it for every process, to a lowest common denominator.
+        Ok(set) => format!("OPENBLAS_CORETYPE={set} in the environment makes OpenBLAS use its {core} kernels"),
+        Err(_) => format!("OpenBLAS does not recognise this CPU and chose its {core} kernels"),
+    };
+    (level(&core) < wanted_level)
+        .then(|| format!("{why}; set OPENBLAS_CORETYPE={wanted} to use its {wanted} kernels (about 2x faster GEMM)"))
 }
 
 /// Vector width of an OpenBLAS x86 kernel set: 0 SSE, 1 AVX, 2 AVX2, 3 AVX-512.
