@@ -116,13 +116,15 @@ pub fn core_name() -> String {
 pub fn advice() -> Option<String> {
     let (wanted, wanted_level) = best_core()?;
     let core = core_name();
+    if level(&core) >= wanted_level {
+        return None;
+    }
     let why = match std::env::var("OPENBLAS_CORETYPE") {
         // Some machine images set it for every process, to a lowest common denominator.
         Ok(set) => format!("OPENBLAS_CORETYPE={set} in the environment makes OpenBLAS use its {core} kernels"),
         Err(_) => format!("OpenBLAS does not recognise this CPU and chose its {core} kernels"),
     };
-    (level(&core) < wanted_level)
-        .then(|| format!("{why}; set OPENBLAS_CORETYPE={wanted} to use its {wanted} kernels (about 2x faster GEMM)"))
+    Some(format!("{why}; set OPENBLAS_CORETYPE={wanted} to use its {wanted} kernels (about 2x faster GEMM)"))
 }
 
 /// Vector width of an OpenBLAS x86 kernel set: 0 SSE, 1 AVX, 2 AVX2, 3 AVX-512.
