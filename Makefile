@@ -47,6 +47,7 @@ rust-test: model
 	$(CARGO) test --workspace --no-fail-fast
 	$(CARGO) test -p shared --features openblas --lib blas
 	$(CARGO) test -p imbert-tests --features openblas --test hf_parity --test im_gradient_f32
+	$(CARGO) test -p imbert-tests --features wgpu --test wgpu
 
 ## The model code also builds for the browser.
 wasm-check: web-tools

@@ -12,8 +12,11 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use safetensors::Dtype;
 use shared::checkpoint::{hf_parameters, load_classifier, ParamTensor};
-use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
+use burn::module::AutodiffModule;
+use burn::tensor::Distribution;
 use shared::checkpoint::{read_safetensors, HostTensor};
+use shared::layer::{LayerContext, MASKED_SCORE};
+use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
 
 // burn keeps one default dtype per device, and NdArray<f32> and NdArray<f64> share the CPU
 // device: a test binary must use only one of them.
@@ -83,6 +86,70 @@ pub fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
 pub fn max_rel_diff(a: &[f64], b: &[f64]) -> f64 {
     let scale = b.iter().map(|x| x.abs()).fold(0.0, f64::max).max(1e-30);
     max_abs_diff(a, b) / scale
+}
+
+// ---- MiniLM-L6 against transformers and against autodiff, on any backend ----
+
+/// The batch (sentences and pairs, padded) that `minilm_hidden.safetensors` was computed on.
+pub fn minilm_reference_input<B: Backend>(
+    r: &BTreeMap<String, (Vec<usize>, Vec<f64>)>,
+    device: &B::Device,
+) -> BertInput<B> {
+    let t = |name: &str| {
+        let (shape, v) = &r[name];
+        Tensor::<B, 2, Int>::from_data(TensorData::new(ints(v), [shape[0], shape[1]]), device)
+    };
+    BertInput { input_ids: t("input_ids"), token_type_ids: t("token_type_ids"), attention_mask: t("attention_mask") }
+}
+
+/// Plain BERT's hidden states, embeddings and every layer, equal transformers' within 1e-4.
+pub fn check_minilm_hidden_states<B: Backend>(device: &B::Device) {
+    let (model, report) = load_classifier::<B>(&minilm_dir(), None, device).unwrap();
+    assert!(report.initialized_fresh.is_empty(), "{:?}", report.initialized_fresh);
+    let r = reference("minilm_hidden.safetensors");
+    let input = minilm_reference_input::<B>(&r, device);
+    let out = model.forward(&input, ForwardOptions { hidden_states: true, ..Default::default() });
+    assert_eq!(out.hidden_states.len(), 7);
+    for (i, h) in out.hidden_states.iter().enumerate() {
+        let (shape, expected) = &r[&format!("hidden.{i}")];
+        assert_eq!(&h.dims().to_vec(), shape);
+        let got: Vec<f64> = h.to_data().convert::<f64>().into_vec().unwrap();
+        let diff = max_abs_diff(&got, expected);
+        println!("hidden.{i}: max |ours - transformers| = {diff:.2e}");
+        assert!(diff < 1e-4, "hidden.{i} differs by {diff}");
+    }
+}
+
+/// One MiniLM layer's hand-written VJP equals autodiff's gradient of `sum(phi(h) * r)` within
+/// 1e-5 relative, on random inputs with padding; then again on the inference path (no autodiff),
+/// which on the CPU takes the fused kernels.
+pub fn check_minilm_layer_vjp<B: AutodiffBackend>(device: &B::Device) {
+    let (model, _) = load_classifier::<B>(&minilm_dir(), None, device).unwrap();
+    let phi = &model.bert.encoder.layer[2];
+    let (batch, seq, hidden) = (2, 9, 384);
+    // Second item has 3 padding tokens.
+    let mask: Vec<f32> = (0..batch * seq).map(|i| if i >= seq + 6 { 0.0 } else { 1.0 }).collect();
+    let mask = Tensor::<B, 1>::from_data(TensorData::new(mask, [batch * seq]), device);
+    let attention_bias = (mask.neg().add_scalar(1.0) * MASKED_SCORE).reshape([batch, 1, 1, seq]);
+    let ctx = LayerContext { attention_bias, hidden_dropout: 0.0, attention_dropout: 0.0 };
+    let h = Tensor::<B, 3>::random([batch, seq, hidden], Distribution::Normal(0.0, 1.0), device).require_grad();
+    let r = Tensor::<B, 3>::random([batch, seq, hidden], Distribution::Normal(0.0, 1.0), device);
+
+    let (y, cache) = phi.forward_cached(h.clone(), &ctx);
+    let ours: Vec<f64> = phi.vjp(&cache, r.clone()).to_data().convert::<f64>().into_vec().unwrap();
+    let grads = (y * r.clone()).sum().backward();
+    let autodiff: Vec<f64> = h.grad(&grads).unwrap().to_data().convert::<f64>().into_vec().unwrap();
+    let rel = max_rel_diff(&ours, &autodiff);
+    println!("MiniLM layer 2: max |vjp - autodiff| / max |autodiff| = {rel:.2e}");
+    assert!(rel < 1e-5, "relative difference {rel}");
+
+    let phi = phi.valid();
+    let ctx = LayerContext { attention_bias: ctx.attention_bias.inner(), hidden_dropout: 0.0, attention_dropout: 0.0 };
+    let (_, cache) = phi.forward_cached(h.inner(), &ctx);
+    let inference: Vec<f64> = phi.vjp(&cache, r.inner()).to_data().convert::<f64>().into_vec().unwrap();
+    let rel = max_rel_diff(&inference, &autodiff);
+    println!("MiniLM layer 2 at inference: max |vjp - autodiff| / max |autodiff| = {rel:.2e}");
+    assert!(rel < 1e-5, "relative difference {rel}");
 }
 
 // ---- The IM training-gradient reference (tiny-bert, IM on layer 1, T = 3) ----
