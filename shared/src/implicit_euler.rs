@@ -119,6 +119,16 @@ fn squared_norm<B: Backend>(r: &Tensor<B, 3>) -> Tensor<B, 1> {
     (r.clone() * r.clone()).sum_dims(&[1, 2]).reshape([batch])
 }
 
+/// The iterations after which `||r||^2` grew (by more than 0.1%), given the squared norms
+/// before each iteration and after the last (`ImplicitStep::residuals`, summed or per example).
+///
+/// Gradient descent whose step is small against the curvature never raises its objective, so a
+/// rise means gamma is too large for that layer: the solve is not converging, and it amplifies
+/// any perturbation, f32 rounding included (docs/numerics.md).
+pub fn residual_rises(squared_norms: &[f64]) -> Vec<usize> {
+    squared_norms.windows(2).enumerate().filter(|(_, w)| w[1] > w[0] * 1.001).map(|(i, _)| i).collect()
+}
+
 impl Connection {
     /// Short name used in run names and reports: `bert`, `ex`, `im`.
     pub fn short_name(&self) -> &'static str {
@@ -341,5 +351,27 @@ mod model_tests {
         let (_, res) = run("im:T=8,gamma=0.1,layers=0-0");
         assert_eq!(res.len(), 9);
         assert!(res.last().unwrap() < res.first().unwrap(), "{res:?}");
+    }
+
+    /// A small step descends at every iteration (which a VJP of the wrong sign or scale would
+    /// not); a step far too large overshoots, and `residual_rises` says where.
+    #[test]
+    fn residual_rises_tell_a_small_step_from_an_overshoot() {
+        let base = BertClassifier::<B>::new(&BertConfig::tiny(), 2, &Default::default());
+        let x = input(&[vec![2, 7, 9, 4, 3], vec![2, 5, 3]]);
+        let trace = |spec: &str| -> Vec<Vec<f64>> {
+            let m = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
+            let out = m.forward(&x, ForwardOptions { im_residuals: true, ..Default::default() });
+            out.im_residuals.iter().map(|(_, r)| r.iter().map(|t| t.clone().sum().into_scalar()).collect()).collect()
+        };
+        for layer in trace("im:T=6,gamma=0.01") {
+            assert!(residual_rises(&layer).is_empty(), "{layer:?}");
+            assert!(layer[6] < 0.999 * layer[0], "{layer:?}");
+        }
+        let overshoot = trace("im:T=6,gamma=5");
+        assert!(overshoot.iter().any(|layer| !residual_rises(layer).is_empty()), "{overshoot:?}");
+        assert_eq!(residual_rises(&[843.0, 679.0, 460.0]), Vec::<usize>::new());
+        assert_eq!(residual_rises(&[786.0, 1013.0, 937.0, 1134.0, 989.0]), vec![0, 2]);
+        assert_eq!(residual_rises(&[1.0, 1.0005]), Vec::<usize>::new());
     }
 }

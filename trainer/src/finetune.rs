@@ -414,6 +414,7 @@ fn train_with<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>>(
         for name in &report.initialized_fresh {
             log(run_dir, &format!("{name} initialised fresh"))?;
         }
+        check_im_residuals(&model.valid(), &tokenizer, &val, max_len, run_dir, device)?;
     }
 
     let ce = CrossEntropyLossConfig::new().init(device);
@@ -611,11 +612,66 @@ fn truncate_metrics(path: &Path, step: usize) -> Result<()> {
     Ok(())
 }
 
+fn warn(run_dir: &Path, line: &str) -> Result<()> {
+    tracing::warn!("{line}");
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join("log.txt"))?;
+    writeln!(file, "warning: {line}")?;
+    Ok(())
+}
+
 fn log(run_dir: &Path, line: &str) -> Result<()> {
     tracing::info!("{line}");
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join("log.txt"))?;
     writeln!(file, "{line}")?;
     Ok(())
+}
+
+/// What the IM iteration does on the warm-start weights, before any step: each IM layer's
+/// `||r||^2` over the iterations, summed over the first validation batch, logged and written to
+/// `im_residuals.json`. Where it rises, gamma is too large for that layer (the solve does not
+/// converge and amplifies f32 rounding, docs/numerics.md): a warning says so before hours of
+/// training rather than after.
+fn check_im_residuals<B: Backend>(
+    model: &BertClassifier<B>,
+    tokenizer: &BertTokenizer,
+    val: &[Example],
+    max_len: usize,
+    run_dir: &Path,
+    device: &B::Device,
+) -> Result<()> {
+    let connections = &model.bert.encoder.connections;
+    if !connections.iter().any(|c| matches!(c, shared::Connection::Implicit(_))) {
+        return Ok(());
+    }
+    let examples: Vec<&Example> = val.iter().take(16).collect();
+    let (input, _) = to_batch::<B>(tokenizer, &examples, max_len, device)?;
+    let out = model.forward(&input, ForwardOptions { im_residuals: true, ..Default::default() });
+    let mut layers = Vec::new();
+    for (layer, residuals) in &out.im_residuals {
+        let shared::Connection::Implicit(im) = connections[*layer] else { continue };
+        let norms: Vec<f64> = residuals.iter().map(|r| r.clone().sum().into_scalar().elem()).collect();
+        // 1-based: the iteration after which ||r||^2 was larger than before it.
+        let rises: Vec<usize> = shared::residual_rises(&norms).iter().map(|i| i + 1).collect();
+        let trace: Vec<String> = norms.iter().map(|x| format!("{x:.4e}")).collect();
+        log(run_dir, &format!("IM layer {layer}: ||r||^2 on {} validation examples: {}", examples.len(), trace.join(" -> ")))?;
+        if !rises.is_empty() {
+            let after: Vec<String> = rises.iter().map(usize::to_string).collect();
+            warn(
+                run_dir,
+                &format!(
+                    "IM layer {layer}: ||r||^2 rose in iteration{} {} of {}: gamma = {} overshoots on this layer, \
+                     so the solve does not converge and f32 results depend on rounding (docs/numerics.md); \
+                     a smaller --gamma descends",
+                    if after.len() > 1 { "s" } else { "" },
+                    after.join(", "),
+                    norms.len() - 1,
+                    im.gamma
+                ),
+            )?;
+        }
+        layers.push(serde_json::json!({"layer": layer, "gamma": im.gamma, "squared_norms": norms, "rises_after_iteration": rises}));
+    }
+    run::write_json(&run_dir.join("im_residuals.json"), &serde_json::json!({"examples": examples.len(), "layers": layers}))
 }
 
 /// Finds where a non-finite loss came from: the first layer whose output or IM residual is not

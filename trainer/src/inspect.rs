@@ -109,6 +109,8 @@ pub struct ItemReport {
 pub struct LayerResiduals {
     pub layer: usize,
     pub squared_norms: Vec<f32>,
+    /// 1-based iterations after which `||r||^2` rose: gamma overshoots on this layer.
+    pub rises_after_iteration: Vec<usize>,
 }
 
 pub fn run(args: InspectArgs) -> Result<()> {
@@ -184,7 +186,12 @@ fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::De
                 cls_head: cls[i * hidden..i * hidden + hidden.min(8)].to_vec(),
                 im_residuals: residuals
                     .iter()
-                    .map(|(layer, rs)| LayerResiduals { layer: *layer, squared_norms: rs.iter().map(|r| r[i]).collect() })
+                    .map(|(layer, rs)| {
+                        let squared_norms: Vec<f32> = rs.iter().map(|r| r[i]).collect();
+                        let wide: Vec<f64> = squared_norms.iter().map(|&x| x as f64).collect();
+                        let rises_after_iteration = shared::residual_rises(&wide).iter().map(|k| k + 1).collect();
+                        LayerResiduals { layer: *layer, squared_norms, rises_after_iteration }
+                    })
                     .collect(),
             }
         })
@@ -256,6 +263,11 @@ fn print_text(report: &Report) {
         for r in &item.im_residuals {
             let v: Vec<String> = r.squared_norms.iter().map(|x| format!("{x:.4e}")).collect();
             println!("  IM layer {} ||r||^2 per iteration: {}", r.layer, v.join(" -> "));
+            if !r.rises_after_iteration.is_empty() {
+                let at: Vec<String> = r.rises_after_iteration.iter().map(usize::to_string).collect();
+                let s = if at.len() > 1 { "s" } else { "" };
+                println!("    rose in iteration{s} {}: gamma overshoots on this layer (docs/numerics.md)", at.join(", "));
+            }
         }
     }
 }

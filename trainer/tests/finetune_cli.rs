@@ -64,6 +64,10 @@ fn tiny_bert_finetunes_evaluates_and_is_flagged_as_not_learned() {
     }
     let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
     assert_eq!(metrics.lines().count(), 2, "one validation per epoch (6 steps over 2 epochs of 4)");
+    let residuals: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("im_residuals.json")).unwrap()).unwrap();
+    assert_eq!(residuals["layers"][0]["layer"], 1);
+    assert_eq!(residuals["layers"][0]["squared_norms"].as_array().unwrap().len(), 3, "T + 1 norms");
 
     let out = ok(trainer(&["eval", "--run", run.to_str().unwrap(), "--limit", "24"], &[]));
     assert!(out.contains("AdvGLUE"), "{out}");
@@ -74,6 +78,28 @@ fn tiny_bert_finetunes_evaluates_and_is_flagged_as_not_learned() {
     // A 99-word random model after 6 steps is near chance: its AdvGLUE score must not pass as robustness.
     assert_eq!(report["did_not_learn"], true, "{report}");
     assert!(std::fs::read_to_string(run.join("eval.md")).unwrap().contains("did not learn"));
+}
+
+/// A gamma far too large makes the residual rise; the run says so before its first step.
+#[test]
+fn an_overshooting_gamma_is_reported_before_training() {
+    let run = scratch("tiny-im-overshoot");
+    let args = tiny_finetune(&run, &["--connection", "im", "--T", "4", "--gamma", "5", "--im-layers", "0-1"]);
+    ok(trainer(&as_refs(&args), &[]));
+    let log = std::fs::read_to_string(run.join("log.txt")).unwrap();
+    assert!(log.contains("warning: IM layer") && log.contains("gamma = 5 overshoots"), "{log}");
+    let residuals: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("im_residuals.json")).unwrap()).unwrap();
+    let layers = residuals["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 2);
+    assert!(layers.iter().any(|l| !l["rises_after_iteration"].as_array().unwrap().is_empty()), "{residuals}");
+
+    // A small step descends on the same model: no warning.
+    let run = scratch("tiny-im-descends");
+    let args = tiny_finetune(&run, &["--connection", "im", "--T", "4", "--gamma", "0.01", "--im-layers", "0-1"]);
+    ok(trainer(&as_refs(&args), &[]));
+    let log = std::fs::read_to_string(run.join("log.txt")).unwrap();
+    assert!(log.contains("IM layer 0: ||r||^2") && !log.contains("warning"), "{log}");
 }
 
 #[test]
