@@ -30,7 +30,7 @@ use crate::adamw::AdamW;
 use crate::backend::BackendKind;
 use crate::datasets;
 use crate::evaluate::{self, predict};
-use crate::run::{self, EpochMetrics, RunConfig};
+use crate::run::{self, EpochMetrics, ImResidualCheck, LayerResidualCheck, RunConfig};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OptimizerKind {
@@ -669,9 +669,9 @@ fn check_im_residuals<B: Backend>(
                 ),
             )?;
         }
-        layers.push(serde_json::json!({"layer": layer, "gamma": im.gamma, "squared_norms": norms, "rises_after_iteration": rises}));
+        layers.push(LayerResidualCheck { layer: *layer, gamma: im.gamma, squared_norms: norms, rises_after_iteration: rises });
     }
-    run::write_json(&run_dir.join("im_residuals.json"), &serde_json::json!({"examples": examples.len(), "layers": layers}))
+    run::write_json(&run_dir.join(run::IM_RESIDUALS_FILE), &ImResidualCheck { examples: examples.len(), layers })
 }
 
 /// Finds where a non-finite loss came from: the first layer whose output or IM residual is not

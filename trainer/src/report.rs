@@ -20,7 +20,7 @@ use serde::Serialize;
 use shared::data::{AttackLevel, Task};
 use shared::{BertConfig, Connection, ConnectionSpec};
 
-use crate::run::{read_json, EvalReport, RunConfig};
+use crate::run::{read_json, EvalReport, ImResidualCheck, RunConfig, IM_RESIDUALS_FILE};
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
@@ -113,6 +113,8 @@ pub struct RunRecord {
     /// Forward FLOPs per example.
     pub flops: Option<f64>,
     pub flops_source: FlopsSource,
+    /// `im_residuals.json`: absent for runs without IM layers and runs from before the check.
+    pub im_residuals: Option<ImResidualCheck>,
 }
 
 impl RunRecord {
@@ -179,7 +181,9 @@ pub fn load_run(dir: &Path) -> Result<RunRecord> {
             None => (None, FlopsSource::Unavailable),
         },
     };
-    Ok(RunRecord { dir: dir.to_path_buf(), config, eval, flops, flops_source })
+    let residuals_path = dir.join(IM_RESIDUALS_FILE);
+    let im_residuals = if residuals_path.is_file() { Some(read_json(&residuals_path)?) } else { None };
+    Ok(RunRecord { dir: dir.to_path_buf(), config, eval, flops, flops_source, im_residuals })
 }
 
 /// Forward FLOPs at `max_len` from the model config the run saved (`best/`, `final/`) or started
@@ -693,6 +697,16 @@ fn per_run_table(md: &mut String, report: &Report) {
                 (clean, adv, status)
             }
         };
+        // A rising residual at the start means gamma overshoots: the IM result is not the
+        // implicit step the spec names (docs/numerics.md).
+        let overshooting = run.im_residuals.as_ref().map(ImResidualCheck::overshooting_layers).unwrap_or_default();
+        let status = if overshooting.is_empty() {
+            status
+        } else {
+            let layers: Vec<String> = overshooting.iter().map(usize::to_string).collect();
+            let s = if layers.len() > 1 { "s" } else { "" };
+            format!("{status}; ⚠ IM residual rose at the start in layer{s} {}", layers.join(", "))
+        };
         let row = [
             run.dir.display().to_string(),
             run.config.task.clone(),
@@ -703,6 +717,15 @@ fn per_run_table(md: &mut String, report: &Report) {
             status,
         ];
         table_row(md, &row.map(|c| md_escape(&c)));
+    }
+    if report.runs.iter().any(|r| r.im_residuals.as_ref().is_some_and(|c| !c.overshooting_layers().is_empty())) {
+        writeln!(
+            md,
+            "\n\"IM residual rose\": before training, `||r||^2` grew in some iteration of those IM layers \
+             (`im_residuals.json`): gamma overshoots there, so the IM step is not solved and f32 results \
+             depend on rounding (docs/numerics.md)."
+        )
+        .ok();
     }
 }
 
@@ -1587,7 +1610,18 @@ mod tests {
         let c = run_config("sst2", "im:T=5,gamma=0.1", 2);
         write_run(root, "sst2/im5-2", &c, Some(&eval(&c, &[sst2(0.51, 0.60)], true)));
         let c = run_config("sst2", "im:T=2,gamma=0.1", 1);
-        write_run(root, "sst2/im2-1", &c, Some(&eval(&c, &[sst2(0.90, 0.50)], false)));
+        let dir = write_run(root, "sst2/im2-1", &c, Some(&eval(&c, &[sst2(0.90, 0.50)], false)));
+        let layer = |layer, squared_norms: Vec<f64>, rises_after_iteration| crate::run::LayerResidualCheck {
+            layer,
+            gamma: 0.1,
+            squared_norms,
+            rises_after_iteration,
+        };
+        let check = ImResidualCheck {
+            examples: 16,
+            layers: vec![layer(0, vec![9.0, 5.0, 4.0], vec![]), layer(1, vec![3.0, 7.0, 6.0], vec![1])],
+        };
+        write_json(&dir.join(IM_RESIDUALS_FILE), &check).unwrap();
         let c = run_config("sst2", "im:T=3,gamma=0.1,layers=0-0", 1);
         write_run(root, "sst2/im3-pending", &c, None);
         let c = run_config("mnli", "bert", 1);
@@ -1688,6 +1722,12 @@ mod tests {
         assert!(md.contains("⚠ did not learn (1/2)"), "group flag missing");
         assert!(md.contains("⚠ did not learn: clean accuracy 51.0% is at chance"), "run flag missing");
         assert!(md.contains("not evaluated"));
+        // A run whose IM residual rose before training says which layer overshot.
+        let im2_run = md.lines().find(|l| l.contains("im2-1 |")).expect("im2-1 run row");
+        assert!(im2_run.ends_with("| ok; ⚠ IM residual rose at the start in layer 1 |"), "{im2_run}");
+        let im5_run = md.lines().find(|l| l.contains("im5-1 |")).expect("im5-1 run row");
+        assert!(im5_run.ends_with("| ok |"), "{im5_run}");
+        assert!(md.contains("\"IM residual rose\": before training"), "the flag is explained");
         // Every table row with an AdvGLUE number also shows a clean accuracy.
         let im5_row = md.lines().find(|l| l.contains("| im:T=5,gamma=0.1 | sst2 |")).expect("im T=5 row");
         assert!(im5_row.contains("71.0 ± 28.3"), "clean mean ± std beside robustness: {im5_row}");

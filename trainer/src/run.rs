@@ -5,6 +5,7 @@
 //!   config.json      RunConfig: every setting of the run, and the command line
 //!   log.txt          human-readable log
 //!   metrics.jsonl    one EpochMetrics per line
+//!   im_residuals.json  ImResidualCheck: each IM layer's ||r||^2 before the first step (IM runs)
 //!   checkpoint/      latest resumable state (model, optimizer, TrainState); replaced atomically
 //!   best/            HF directory of the lowest-validation-loss model (+ imbert.json)
 //!   final/           HF directory of the last step's weights (with --save-final)
@@ -81,6 +82,34 @@ pub struct EpochMetrics {
     pub elapsed_s: f64,
     /// Whether this validation produced a new best model.
     pub best: bool,
+}
+
+/// The file name of [`ImResidualCheck`] in a run directory.
+pub const IM_RESIDUALS_FILE: &str = "im_residuals.json";
+
+/// `im_residuals.json`: what the IM iteration did on the warm-start weights, before any step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImResidualCheck {
+    /// Validation examples the squared norms are summed over.
+    pub examples: usize,
+    pub layers: Vec<LayerResidualCheck>,
+}
+
+/// One IM layer's `||r||^2`, summed over the examples, before each iteration and after the last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerResidualCheck {
+    pub layer: usize,
+    pub gamma: f64,
+    pub squared_norms: Vec<f64>,
+    /// 1-based iterations after which `||r||^2` was larger than before: gamma overshoots.
+    pub rises_after_iteration: Vec<usize>,
+}
+
+impl ImResidualCheck {
+    /// The IM layers whose residual rose in some iteration.
+    pub fn overshooting_layers(&self) -> Vec<usize> {
+        self.layers.iter().filter(|l| !l.rises_after_iteration.is_empty()).map(|l| l.layer).collect()
+    }
 }
 
 /// Accuracy on one evaluation set.
