@@ -612,15 +612,17 @@ fn truncate_metrics(path: &Path, step: usize) -> Result<()> {
     Ok(())
 }
 
-fn warn(run_dir: &Path, line: &str) -> Result<()> {
-    tracing::warn!("{line}");
-    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join("log.txt"))?;
-    writeln!(file, "warning: {line}")?;
-    Ok(())
-}
-
 fn log(run_dir: &Path, line: &str) -> Result<()> {
     tracing::info!("{line}");
+    append_log(run_dir, line)
+}
+
+fn warn(run_dir: &Path, line: &str) -> Result<()> {
+    tracing::warn!("{line}");
+    append_log(run_dir, &format!("warning: {line}"))
+}
+
+fn append_log(run_dir: &Path, line: &str) -> Result<()> {
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join("log.txt"))?;
     writeln!(file, "{line}")?;
     Ok(())
@@ -650,8 +652,7 @@ fn check_im_residuals<B: Backend>(
     for (layer, residuals) in &out.im_residuals {
         let shared::Connection::Implicit(im) = connections[*layer] else { continue };
         let norms: Vec<f64> = residuals.iter().map(|r| r.clone().sum().into_scalar().elem()).collect();
-        // 1-based: the iteration after which ||r||^2 was larger than before it.
-        let rises: Vec<usize> = shared::residual_rises(&norms).iter().map(|i| i + 1).collect();
+        let rises = shared::residual_rises(&norms);
         let trace: Vec<String> = norms.iter().map(|x| format!("{x:.4e}")).collect();
         log(run_dir, &format!("IM layer {layer}: ||r||^2 on {} validation examples: {}", examples.len(), trace.join(" -> ")))?;
         if !rises.is_empty() {

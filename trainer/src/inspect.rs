@@ -188,8 +188,7 @@ fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::De
                     .iter()
                     .map(|(layer, rs)| {
                         let squared_norms: Vec<f32> = rs.iter().map(|r| r[i]).collect();
-                        let wide: Vec<f64> = squared_norms.iter().map(|&x| x as f64).collect();
-                        let rises_after_iteration = shared::residual_rises(&wide).iter().map(|k| k + 1).collect();
+                        let rises_after_iteration = shared::residual_rises(&squared_norms);
                         LayerResiduals { layer: *layer, squared_norms, rises_after_iteration }
                     })
                     .collect(),
