@@ -211,13 +211,33 @@ pub fn gradients<B: AutodiffBackend>(spec: &ConnectionSpec) -> (f64, BTreeMap<St
 }
 
 pub fn compare_with_pytorch<B: AutodiffBackend>(tolerance: f64) {
+    compare_gradient_choice_with_pytorch::<B>(shared::InnerGradient::Exact, tolerance)
+}
+
+/// The reference spec with another training-gradient choice (`grad=`).
+pub fn spec_with(gradient: shared::InnerGradient) -> ConnectionSpec {
+    let mut spec = spec();
+    if let shared::Connection::Implicit(im) = &mut spec.connection {
+        im.gradient = gradient;
+    }
+    spec
+}
+
+/// Every parameter gradient under `gradient` against PyTorch's (`reference.py`: `grad.` is
+/// `create_graph=True`, `grad_detached.` takes `J^T r` as a constant, `grad_frozen.` the whole
+/// inner gradient).
+pub fn compare_gradient_choice_with_pytorch<B: AutodiffBackend>(gradient: shared::InnerGradient, tolerance: f64) {
+    let prefix = match gradient {
+        shared::InnerGradient::Exact => "grad.".to_string(),
+        other => format!("grad_{}.", other.name()),
+    };
     let r = reference(REFERENCE);
-    let (loss, grads) = gradients::<B>(&spec());
+    let (loss, grads) = gradients::<B>(&spec_with(gradient));
     let loss_diff = (loss - r["loss"].1[0]).abs();
     println!("loss: ours {loss:.10}, pytorch {:.10}", r["loss"].1[0]);
     assert!(loss_diff < tolerance, "loss differs by {loss_diff}");
     let references: Vec<(&str, &Vec<f64>)> =
-        r.iter().filter_map(|(k, (_, v))| k.strip_prefix("grad.").map(|n| (n, v))).collect();
+        r.iter().filter_map(|(k, (_, v))| k.strip_prefix(prefix.as_str()).map(|n| (n, v))).collect();
     // Key biases have an exactly zero gradient (softmax ignores a per-row constant): there, both
     // sides are rounding noise, so measure them against the largest gradient instead.
     let global = references.iter().flat_map(|(_, v)| v.iter()).fold(0.0f64, |m, x| m.max(x.abs()));
@@ -232,7 +252,7 @@ pub fn compare_with_pytorch<B: AutodiffBackend>(tolerance: f64) {
         }
         compared += 1;
     }
-    println!("{compared} parameter gradients; worst relative difference {:.2e} ({})", worst.0, worst.1);
+    println!("grad={}: {compared} parameter gradients; worst relative difference {:.2e} ({})", gradient.name(), worst.0, worst.1);
     assert_eq!(compared, grads.len(), "every parameter has a reference gradient");
     assert!(worst.0 < tolerance, "{} differs by {}", worst.1, worst.0);
 }

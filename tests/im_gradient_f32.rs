@@ -7,3 +7,13 @@ use imbert_tests::*;
 fn exact_im_gradient_matches_pytorch_create_graph_f32() {
     compare_with_pytorch::<Train>(1e-4);
 }
+
+#[test]
+fn detached_im_gradient_matches_pytorch_f32() {
+    compare_gradient_choice_with_pytorch::<Train>(shared::InnerGradient::Detached, 1e-4);
+}
+
+#[test]
+fn frozen_im_gradient_matches_pytorch_f32() {
+    compare_gradient_choice_with_pytorch::<Train>(shared::InnerGradient::Frozen, 1e-4);
+}

@@ -82,20 +82,27 @@ pub fn forward_flops(config: &BertConfig, connections: &[Connection], seq_len: u
 /// exact gradient the outer backward differentiates through them as well (that is the second-order
 /// term): still `3 x` *IM's* forward, which is `3 x` far more than BERT's. With
 /// `InnerGradient::Detached` the VJPs run on detached inputs, so they are computed once and never
-/// differentiated: `3 x` the forwards plus `1 x` the VJPs.
+/// differentiated: `3 x` the forwards plus `1 x` the VJPs. With `InnerGradient::Frozen` only
+/// `z_0 = h + phi(h)` is differentiated: the iterations' forwards and VJPs cost `1 x`.
+/// (Backtracking's extra trial forwards depend on the data and are not counted.)
 pub fn training_flops(config: &BertConfig, connections: &[Connection], seq_len: usize, with_head: bool) -> f64 {
     let forward = forward_flops(config, connections, seq_len, with_head);
-    let detached_vjps: f64 = connections
+    let outside_graph: f64 = connections
         .iter()
         .map(|c| match c {
-            Connection::Implicit(im) if im.gradient == InnerGradient::Detached => {
-                im.iterations as f64 * layer_vjp_flops(config, seq_len)
+            Connection::Implicit(im) => {
+                let t = im.iterations as f64;
+                match im.gradient {
+                    InnerGradient::Exact => 0.0,
+                    InnerGradient::Detached => t * layer_vjp_flops(config, seq_len),
+                    InnerGradient::Frozen => t * (layer_vjp_flops(config, seq_len) + layer_forward_flops(config, seq_len)),
+                }
             }
             _ => 0.0,
         })
         .sum();
-    // Everything in the graph costs 3x; the detached VJPs were counted in `forward` and cost 1x.
-    3.0 * forward - 2.0 * detached_vjps
+    // Everything in the graph costs 3x; what runs outside it was counted in `forward` and costs 1x.
+    3.0 * forward - 2.0 * outside_graph
 }
 
 #[cfg(test)]

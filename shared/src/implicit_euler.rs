@@ -6,16 +6,36 @@
 //!           ||z - h_{t-1} - phi_t(z)||^2              (`Connection::Implicit`)
 //!
 //! The gradient step needs `J_phi(z)^T r`; it comes from `BertLayer::vjp`, a hand-written
-//! vector-Jacobian product made of ordinary tensor ops, so training back-propagates through the
-//! whole inner loop and gets the exact second-order gradient (PyTorch's `create_graph=True`).
+//! vector-Jacobian product made of ordinary tensor ops, so training can back-propagate through the
+//! whole inner loop and get the exact second-order gradient (PyTorch's `create_graph=True`).
+//!
+//! What training differentiates (`InnerGradient`, spec key `grad`), for one update
+//! `z' = z - 2 gamma (r - J^T r)` with `r = z - h - phi(z)`:
+//! - `exact`:    everything, second-order terms included: `dz'/dz = I - 2 gamma ((I - J) - d(J^T r)/dz)`.
+//!               On MiniLM at gamma 0.1 this product of Jacobians explodes (docs/numerics.md).
+//! - `detached`: `J^T r` is a constant: `dz'/dz = (1 - 2 gamma) I + 2 gamma J`, and the weights get
+//!               `2 gamma dphi/dtheta` from each update through `r`.
+//! - `frozen`:   the whole update `2 gamma (r - J^T r)` is a constant: `dz'/dz = I`, so the gradient
+//!               flows through `z_0 = h + phi(h)` alone, as in EX-BERT. This is what PyTorch's
+//!               `g = torch.autograd.grad(loss_i, z)` without `create_graph` gives.
+//!
+//! How the step is taken (`StepRule`, spec key `step`, and `tol`):
+//! - `fixed` (the paper): `z <- z - 2 gamma (r - J^T r)`, T times.
+//! - `backtrack`: per example, the step starts at gamma and halves (at most `MAX_HALVINGS` times)
+//!   until `||r||^2` does not rise; an example with no such step keeps its `z`. So the residual
+//!   never rises, whatever gamma.
+//! - `tol=eps` (with either rule): an example stops once `||r||^2 <= eps ||r_0||^2`; the loop ends
+//!   when every example has, or after T iterations.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
 use crate::kernels::{add_residual, descent_step, masked_residual};
-use crate::layer::{BertLayer, LayerContext};
+use crate::layer::{BertLayer, LayerCache, LayerContext};
 use crate::Error;
+
+mod safeguarded;
 
 /// How layer `t`'s output is formed from `phi_t` and its input.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -39,14 +59,46 @@ pub struct ImplicitEuler {
     /// How training differentiates through the iterations.
     #[serde(default)]
     pub gradient: InnerGradient,
+    /// How each iteration's step is taken.
+    #[serde(default, rename = "step", skip_serializing_if = "StepRule::is_fixed")]
+    pub step_rule: StepRule,
+    /// Relative tolerance: an example stops iterating once `||r||^2 <= tolerance * ||r_0||^2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<f64>,
 }
 
 impl Default for ImplicitEuler {
-    /// The paper's defaults: T = 5, gamma = 0.1, exact gradient.
+    /// The paper's defaults: T = 5, gamma = 0.1, exact gradient, fixed steps, no tolerance.
     fn default() -> Self {
-        Self { iterations: 5, gamma: 0.1, gradient: InnerGradient::Exact }
+        Self { iterations: 5, gamma: 0.1, gradient: InnerGradient::Exact, step_rule: StepRule::Fixed, tolerance: None }
     }
 }
+
+/// How one iteration's step is taken.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepRule {
+    /// `z <- z - 2 gamma (r - J^T r)`: Algorithm 1 as written.
+    #[default]
+    Fixed,
+    /// Per example, halve the step from gamma until `||r||^2` does not rise.
+    Backtrack,
+}
+
+impl StepRule {
+    fn is_fixed(&self) -> bool {
+        *self == StepRule::Fixed
+    }
+}
+
+/// The IM configuration this project recommends for training, chosen on validation data
+/// (docs/numerics.md, "The training gradient"): the paper's T and gamma, the inner gradient held
+/// constant in the backward pass, and backtracking so that the residual never rises.
+pub const RECOMMENDED_IM: &str = "im:T=5,gamma=0.1,grad=frozen,step=backtrack";
+
+/// Most halvings of the step a backtracking iteration tries (down to gamma / 32) before it
+/// leaves an example where it is.
+pub const MAX_HALVINGS: usize = 5;
 
 /// What the training gradient sees of the inner loop.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +109,39 @@ pub enum InnerGradient {
     Exact,
     /// Treat `J_phi(z)^T r` as a constant in the backward pass: first-order only, cheaper.
     Detached,
+    /// Treat the whole inner gradient `2 (r - J_phi(z)^T r)` as a constant: the training gradient
+    /// flows through `z_0 = h + phi(h)` and the identity path of each update (PyTorch's
+    /// `autograd.grad` without `create_graph`). The cheapest, and it cannot explode.
+    Frozen,
+}
+
+impl InnerGradient {
+    /// The spec's name: `exact`, `detached`, `frozen`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            InnerGradient::Exact => "exact",
+            InnerGradient::Detached => "detached",
+            InnerGradient::Frozen => "frozen",
+        }
+    }
+
+    /// `J^T r` at `cache`'s point, cut from the graph as far as this choice asks.
+    fn jtr<B: Backend>(&self, phi: &BertLayer<B>, cache: &LayerCache<B>, r: &Tensor<B, 3>) -> Tensor<B, 3> {
+        match self {
+            InnerGradient::Exact => phi.vjp(cache, r.clone()),
+            // The layer's weights are live inside the VJP too: detach its result, not just its
+            // inputs, so that no second-order term reaches them either.
+            InnerGradient::Detached | InnerGradient::Frozen => phi.vjp(&cache.clone().detach(), r.clone().detach()).detach(),
+        }
+    }
+
+    /// `r` as the update sees it: live, except under `Frozen`.
+    fn update_residual<B: Backend>(&self, r: &Tensor<B, 3>) -> Tensor<B, 3> {
+        match self {
+            InnerGradient::Frozen => r.clone().detach(),
+            _ => r.clone(),
+        }
+    }
 }
 
 /// The output of one implicit Euler step.
@@ -64,8 +149,14 @@ pub struct ImplicitStep<B: Backend> {
     /// `h_t`: `[batch, seq, hidden]`.
     pub hidden_states: Tensor<B, 3>,
     /// Per example, `||r||^2` before each iteration and after the last: `T + 1` tensors of
-    /// `[batch]`. Empty unless asked for (the last one costs an extra `phi` evaluation).
+    /// `[batch]` (after a tolerance stop, the last value repeats). Empty unless asked for (under
+    /// the fixed rule the last one costs an extra `phi` evaluation).
     pub residuals: Vec<Tensor<B, 1>>,
+    /// Per iteration taken and example, the step size used (`gamma` under the fixed rule; less
+    /// where backtracking halved it; 0 where the example stayed). Empty unless asked for.
+    pub step_sizes: Vec<Tensor<B, 1>>,
+    /// Iterations run: `T`, or fewer when every example met the tolerance first.
+    pub iterations: usize,
 }
 
 impl ImplicitEuler {
@@ -79,6 +170,9 @@ impl ImplicitEuler {
         token_mask: &Tensor<B, 3>,
         record_residuals: bool,
     ) -> ImplicitStep<B> {
+        if self.step_rule != StepRule::Fixed || self.tolerance.is_some() {
+            return self.safeguarded_step(phi, h_prev, ctx, token_mask, record_residuals);
+        }
         // (z - h_{t-1} - phi_z) * mask, one pass on the CPU.
         let residual = |z: &Tensor<B, 3>, phi_z: Tensor<B, 3>| masked_residual(z, &h_prev, phi_z, token_mask);
         let mut residuals = Vec::new();
@@ -95,26 +189,24 @@ impl ImplicitEuler {
                 residuals.push(squared_norm(&r));
             }
             // grad_z ||r||^2 = 2 (r - J_phi(z)^T r)
-            let jtr = match self.gradient {
-                InnerGradient::Exact => phi.vjp(&cache, r.clone()),
-                // The layer's weights are live inside the VJP too: detach its result, not just
-                // its inputs, so that no second-order term reaches them either.
-                InnerGradient::Detached => phi.vjp(&cache.detach(), r.clone().detach()).detach(),
-            };
+            let jtr = self.gradient.jtr(phi, &cache, &r);
             // z <- z - gamma * grad, one pass on the CPU.
-            z = descent_step(&z, &r, jtr, 2.0 * self.gamma);
+            z = descent_step(&z, &self.gradient.update_residual(&r), jtr, 2.0 * self.gamma);
         }
 
+        let mut step_sizes = Vec::new();
         if record_residuals {
             let r = residual(&z, phi.forward(z.clone(), ctx));
             residuals.push(squared_norm(&r));
+            let batch = z.dims()[0];
+            step_sizes = vec![Tensor::full([batch], self.gamma, &z.device()); self.iterations];
         }
-        ImplicitStep { hidden_states: z, residuals }
+        ImplicitStep { hidden_states: z, residuals, step_sizes, iterations: self.iterations }
     }
 }
 
 /// `||r||^2` per example: `[batch, seq, hidden]` -> `[batch]`.
-fn squared_norm<B: Backend>(r: &Tensor<B, 3>) -> Tensor<B, 1> {
+pub(crate) fn squared_norm<B: Backend>(r: &Tensor<B, 3>) -> Tensor<B, 1> {
     let batch = r.dims()[0];
     (r.clone() * r.clone()).sum_dims(&[1, 2]).reshape([batch])
 }
@@ -164,7 +256,8 @@ impl Default for ConnectionSpec {
 
 impl ConnectionSpec {
     /// Parses `mode[:key=value,...]` with mode `bert`, `ex` or `im` and keys `T`, `gamma`,
-    /// `layers` (`a-b` or `a`) and `grad` (`exact` or `detached`).
+    /// `layers` (`a-b` or `a`), `grad` (`exact`, `detached` or `frozen`), `step` (`fixed` or
+    /// `backtrack`) and `tol` (a relative tolerance in (0, 1)).
     pub fn parse(spec: &str) -> Result<Self, Error> {
         let err = |message: String| Error::ConnectionSpec { spec: spec.to_string(), message };
         let (mode, rest) = spec.split_once(':').unwrap_or((spec, ""));
@@ -191,8 +284,25 @@ impl ConnectionSpec {
                     im.gradient = match value.trim() {
                         "exact" => InnerGradient::Exact,
                         "detached" => InnerGradient::Detached,
-                        other => return Err(err(format!("grad = {other:?}; expected exact or detached"))),
+                        "frozen" => InnerGradient::Frozen,
+                        other => return Err(err(format!("grad = {other:?}; expected exact, detached or frozen"))),
                     };
+                    saw_im_key = true;
+                }
+                "step" => {
+                    im.step_rule = match value.trim() {
+                        "fixed" => StepRule::Fixed,
+                        "backtrack" => StepRule::Backtrack,
+                        other => return Err(err(format!("step = {other:?}; expected fixed or backtrack"))),
+                    };
+                    saw_im_key = true;
+                }
+                "tol" => {
+                    let tol: f64 = value.trim().parse().map_err(|_| err(format!("tol = {value:?} is not a number")))?;
+                    if !(tol > 0.0 && tol < 1.0) {
+                        return Err(err(format!("tol = {tol} must lie in (0, 1): a fraction of the first ||r||^2")));
+                    }
+                    im.tolerance = Some(tol);
                     saw_im_key = true;
                 }
                 "layers" => layers = Some(parse_range(value.trim()).map_err(err)?),
@@ -206,7 +316,7 @@ impl ConnectionSpec {
             other => return Err(err(format!("unknown mode `{other}`; expected bert, ex or im"))),
         };
         if saw_im_key && !matches!(connection, Connection::Implicit(_)) {
-            return Err(err("T, gamma and grad apply to `im` only".into()));
+            return Err(err("T, gamma, grad, step and tol apply to `im` only".into()));
         }
         Ok(Self { connection, layers })
     }
@@ -231,8 +341,14 @@ impl ConnectionSpec {
         if let Connection::Implicit(im) = &self.connection {
             parts.push(format!("T={}", im.iterations));
             parts.push(format!("gamma={}", im.gamma));
-            if im.gradient == InnerGradient::Detached {
-                parts.push("grad=detached".into());
+            if im.gradient != InnerGradient::Exact {
+                parts.push(format!("grad={}", im.gradient.name()));
+            }
+            if im.step_rule == StepRule::Backtrack {
+                parts.push("step=backtrack".into());
+            }
+            if let Some(tol) = im.tolerance {
+                parts.push(format!("tol={tol}"));
             }
         }
         if let Some((a, b)) = self.layers {
@@ -279,10 +395,20 @@ mod tests {
         assert_eq!(ConnectionSpec::parse("bert").unwrap(), ConnectionSpec::default());
         let im = ConnectionSpec::parse("im").unwrap();
         assert_eq!(im.connection, Connection::Implicit(ImplicitEuler::default()));
-        for bad in ["xx", "im:T=a", "im:layers=5-3", "ex:T=3", "im:foo=1", "im:T"] {
+        for bad in ["xx", "im:T=a", "im:layers=5-3", "ex:T=3", "im:foo=1", "im:T", "im:grad=x", "im:step=x", "im:tol=0", "im:tol=1", "ex:tol=0.1"] {
             assert!(ConnectionSpec::parse(bad).is_err(), "{bad} should fail");
         }
         assert!(ConnectionSpec::parse("im:layers=2-6").unwrap().per_layer(6).is_err());
+        for spec in ["im:T=5,gamma=0.1,grad=frozen,step=backtrack", "im:T=3,gamma=0.05,grad=detached,tol=0.01,layers=2-3", crate::RECOMMENDED_IM] {
+            let parsed = ConnectionSpec::parse(spec).unwrap();
+            assert_eq!(parsed.to_spec_string(), spec);
+            // Older cards (without `step` and `tol`) still read.
+            let json = serde_json::to_string(&parsed).unwrap();
+            assert_eq!(serde_json::from_str::<ConnectionSpec>(&json).unwrap(), parsed);
+        }
+        let old: ConnectionSpec =
+            serde_json::from_str(r#"{"connection":{"kind":"implicit","iterations":5,"gamma":0.1,"gradient":"detached"},"layers":null}"#).unwrap();
+        assert_eq!(old.to_spec_string(), "im:T=5,gamma=0.1,grad=detached");
     }
 }
 
@@ -380,5 +506,59 @@ mod model_tests {
         assert_eq!(residual_rises(&[786.0f32, 1013.0]), vec![1]);
         assert_eq!(residual_rises(&[786.0, 1013.0, 937.0, 1134.0, 989.0]), vec![1, 3]);
         assert_eq!(residual_rises(&[1.0, 1.0005]), Vec::<usize>::new());
+    }
+
+    /// Backtracking never lets an example's residual rise, even at a step that overshoots
+    /// everywhere under the fixed rule; at a small step it takes every full step and so lands
+    /// where the fixed rule does.
+    #[test]
+    fn backtracking_never_rises_and_agrees_with_small_fixed_steps() {
+        let base = BertClassifier::<B>::new(&BertConfig::tiny(), 2, &Default::default());
+        let x = input(&[vec![2, 7, 9, 4, 3], vec![2, 5, 3]]);
+        let run = |spec: &str| {
+            let m = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
+            m.forward(&x, ForwardOptions { im_residuals: true, hidden_states: true, ..Default::default() })
+        };
+        let per_example = |r: &Tensor<B, 1>| -> Vec<f64> { r.clone().into_data().into_vec().unwrap() };
+        let out = run("im:T=6,gamma=5,step=backtrack");
+        for (layer, residuals) in &out.im_residuals {
+            for example in 0..2 {
+                let trace: Vec<f64> = residuals.iter().map(|r| per_example(r)[example]).collect();
+                assert!(trace.windows(2).all(|w| w[1] <= w[0]), "layer {layer}, example {example}: {trace:?}");
+                assert!(trace[6] < trace[0], "layer {layer}, example {example} made no progress: {trace:?}");
+            }
+        }
+        let halved = out.im_solves.iter().flat_map(|s| s.step_sizes.iter().flat_map(per_example)).any(|s| s < 5.0);
+        assert!(halved, "at gamma 5 some step must have been halved");
+        let hidden = |o: &crate::model::ClassifierOutput<B>| -> Vec<f64> { o.last_hidden_state.clone().into_data().into_vec().unwrap() };
+        let small = run("im:T=4,gamma=0.01,step=backtrack");
+        let fixed = run("im:T=4,gamma=0.01");
+        let diff = hidden(&small).iter().zip(hidden(&fixed)).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff < 1e-12, "backtracking at a small step differs from the fixed rule by {diff}");
+        assert!(small.im_solves.iter().all(|s| s.step_sizes.iter().flat_map(per_example).all(|g| g == 0.01)));
+    }
+
+    /// A tolerance stops each example once its residual has fallen far enough, and the loop
+    /// once every example has; a tolerance never met runs all T iterations.
+    #[test]
+    fn tolerance_stops_examples_and_the_loop() {
+        let base = BertClassifier::<B>::new(&BertConfig::tiny(), 2, &Default::default());
+        let x = input(&[vec![2, 7, 9, 4, 3], vec![2, 5, 3]]);
+        let run = |spec: &str| {
+            let m = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
+            m.forward(&x, ForwardOptions { im_residuals: true, ..Default::default() })
+        };
+        let loose = run("im:T=20,gamma=0.1,tol=0.9");
+        for (solve, (_, residuals)) in loose.im_solves.iter().zip(&loose.im_residuals) {
+            assert!(solve.iterations < 20, "tol=0.9 should stop early: {} iterations", solve.iterations);
+            assert_eq!(residuals.len(), 21, "the trace keeps T + 1 entries");
+            let first: Vec<f64> = residuals[0].clone().into_data().into_vec().unwrap();
+            let last: Vec<f64> = residuals[20].clone().into_data().into_vec().unwrap();
+            for (f, l) in first.iter().zip(&last) {
+                assert!(*l <= 0.9 * f, "{l} vs {f}");
+            }
+        }
+        let tight = run("im:T=3,gamma=0.01,tol=1e-9");
+        assert!(tight.im_solves.iter().all(|s| s.iterations == 3));
     }
 }

@@ -47,6 +47,18 @@ pub struct ClassifierOutput<B: Backend> {
     pub hidden_states: Vec<Tensor<B, 3>>,
     /// `(layer, residuals)`: for each IM layer, `T + 1` tensors of `[batch]`.
     pub im_residuals: Vec<(usize, Vec<Tensor<B, 1>>)>,
+    /// For each IM layer (with `im_residuals`): the iterations run and the step sizes taken.
+    pub im_solves: Vec<SolveTrace<B>>,
+}
+
+/// How one IM layer's solve went.
+#[derive(Debug, Clone)]
+pub struct SolveTrace<B: Backend> {
+    pub layer: usize,
+    /// Iterations run (fewer than T when a tolerance stopped every example first).
+    pub iterations: usize,
+    /// Per iteration run, `[batch]`: the step size each example took (0 where it stayed).
+    pub step_sizes: Vec<Tensor<B, 1>>,
 }
 
 /// HF `BertEmbeddings`.
@@ -186,6 +198,7 @@ impl<B: Backend> BertClassifier<B> {
         let mut h = self.bert.embeddings.forward(input, delta, hidden_dropout); // [b, s, h]
         let mut hidden_states = Vec::new();
         let mut im_residuals = Vec::new();
+        let mut im_solves = Vec::new();
         if options.hidden_states {
             hidden_states.push(h.clone());
         }
@@ -198,6 +211,7 @@ impl<B: Backend> BertClassifier<B> {
                     let step = im.step(phi, h, &ctx, &token_mask, options.im_residuals);
                     if options.im_residuals {
                         im_residuals.push((t, step.residuals));
+                        im_solves.push(SolveTrace { layer: t, iterations: step.iterations, step_sizes: step.step_sizes });
                     }
                     step.hidden_states
                 }
@@ -217,7 +231,7 @@ impl<B: Backend> BertClassifier<B> {
             }
             _ => None,
         };
-        ClassifierOutput { last_hidden_state: h, logits, hidden_states, im_residuals }
+        ClassifierOutput { last_hidden_state: h, logits, hidden_states, im_residuals, im_solves }
     }
 
     fn map_linears(mut self, f: impl Fn(Linear<B>) -> Linear<B>) -> Self {

@@ -14,11 +14,15 @@ def _phi(layer, z, ext_mask):
 
 
 def im_forward(model, input_ids, token_type_ids, attention_mask, im_layers, T, gamma, ex_layers=(),
-               create_graph=True, residuals=True):
+               create_graph=True, residuals=True, gradient="exact"):
     """Logits of a BertForSequenceClassification whose layers in `im_layers` use the implicit
     Euler connection (those in `ex_layers` the explicit one), and each IM layer's squared residual
     norm before each iteration and after the last.
 
+    `gradient` is what training differentiates (the Rust spec's `grad`): "exact" builds the graph
+    of the inner gradient (`create_graph=True`); "detached" keeps `r` live but takes `J^T r` as a
+    constant; "frozen" takes the whole inner gradient as a constant (`autograd.grad` without
+    `create_graph`), so the outer gradient flows through `z_0` and the identity path of each update.
     `create_graph=False` is for inference only: the inner gradient is then a constant, and no
     graph of it is built. `residuals=False` skips the norm after the last iteration, which costs
     one more `phi` per IM layer and is a diagnostic, not part of the model (timings use it)."""
@@ -35,10 +39,19 @@ def im_forward(model, input_ids, token_type_ids, attention_mask, im_layers, T, g
             for _ in range(T):
                 if not z.requires_grad:
                     z = z.requires_grad_()
-                r = (z - h - _phi(layer, z, ext)) * tok
+                phi_z = _phi(layer, z, ext)
+                r = (z - h - phi_z) * tok
                 loss = (r * r).sum()
                 res.append(loss)
-                (g,) = torch.autograd.grad(loss, z, create_graph=create_graph)
+                if not create_graph or gradient == "exact":
+                    (g,) = torch.autograd.grad(loss, z, create_graph=create_graph)
+                elif gradient == "frozen":
+                    (g,) = torch.autograd.grad(loss, z, retain_graph=True)
+                elif gradient == "detached":
+                    (jtr,) = torch.autograd.grad(phi_z, z, grad_outputs=r, retain_graph=True)
+                    g = 2.0 * (r - jtr)
+                else:
+                    raise ValueError(f"unknown gradient {gradient!r}")
                 z = z - gamma * g
                 if not create_graph:
                     z = z.detach()

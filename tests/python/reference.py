@@ -11,7 +11,8 @@ Writes
   same weights as pytorch_model.bin.
 - tiny_im_reference.safetensors: logits, loss and every parameter gradient of tiny-bert with an
   IM connection (Algorithm 1, T=3) on layer 1, differentiated through the inner loop with
-  create_graph=True, in float64.
+  create_graph=True (`grad.*`), with `J^T r` held constant (`grad_detached.*`) and with the whole
+  inner gradient held constant (`grad_frozen.*`), in float64.
 """
 
 import argparse
@@ -145,6 +146,17 @@ def tiny_reference(out: pathlib.Path) -> None:
     for n, g in zip(names, grads):
         if g is not None:
             tensors[f"grad.{n}"] = g.contiguous()
+    # The other training-gradient choices (the spec's grad=detached and grad=frozen): the same
+    # forward, other outer gradients.
+    for gradient in ("detached", "frozen"):
+        logits_g, _ = im_forward(model, input_ids, token_type_ids, attention_mask, IM_LAYERS, IM_T, IM_GAMMA,
+                                 gradient=gradient)
+        loss_g = torch.nn.functional.cross_entropy(logits_g, labels)
+        assert torch.equal(loss_g, loss), "the gradient choice must not change the forward"
+        grads_g = torch.autograd.grad(loss_g, [p for _, p in model.named_parameters()], allow_unused=True)
+        for n, g in zip(names, grads_g):
+            if g is not None:
+                tensors[f"grad_{gradient}.{n}"] = g.contiguous()
     save_file(tensors, out / "tiny_im_reference.safetensors")
     (out / "tiny_im_reference.json").write_text(json.dumps(
         {"connection": f"im:T={IM_T},gamma={IM_GAMMA},layers={IM_LAYERS[0]}-{IM_LAYERS[-1]}", "dtype": "float64"}))

@@ -30,6 +30,7 @@ use crate::adamw::AdamW;
 use crate::backend::BackendKind;
 use crate::datasets;
 use crate::evaluate::{self, predict};
+use crate::grad_norms::{clip_global_norm, grad_norms, GradNorms, EXPLODING_RATIO};
 use crate::run::{self, EpochMetrics, ImResidualCheck, LayerResidualCheck, RunConfig};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -103,6 +104,10 @@ pub struct FinetuneArgs {
     pub adam_beta1: f64,
     #[arg(long, default_value_t = 0.999)]
     pub adam_beta2: f64,
+    /// Clip the gradient's global L2 norm to this value before each step (HF Trainer's
+    /// `max_grad_norm`); 0 turns clipping off.
+    #[arg(long, default_value_t = 0.0)]
+    pub max_grad_norm: f64,
     /// Fraction of all steps used for linear warm-up.
     #[arg(long, default_value_t = 0.1)]
     pub warmup_ratio: f64,
@@ -175,6 +180,9 @@ impl FinetuneArgs {
         if self.batch_size == 0 || self.grad_accum == 0 || self.epochs == 0 {
             bail!("--batch-size, --grad-accum and --epochs must be positive");
         }
+        if !(self.max_grad_norm >= 0.0 && self.max_grad_norm.is_finite()) {
+            bail!("--max-grad-norm {} must be a finite number >= 0 (0: no clipping)", self.max_grad_norm);
+        }
         if let Some(p) = self.dropout {
             if !(0.0..1.0).contains(&p) {
                 bail!("--dropout {p} is outside [0, 1)");
@@ -200,6 +208,7 @@ impl FinetuneArgs {
             adam_beta1: self.adam_beta1,
             adam_beta2: self.adam_beta2,
             warmup_ratio: self.warmup_ratio,
+            max_grad_norm: (self.max_grad_norm > 0.0).then_some(self.max_grad_norm),
             shuffle: !self.no_shuffle,
             dropout: self.dropout,
             adv: format!("{:?}", self.adv).to_lowercase(),
@@ -458,7 +467,17 @@ fn train_with<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>>(
                 accumulator.accumulate(&model, grads);
             }
             let lr = learning_rate(config, state.step, total_steps);
-            model = optim.step(lr, model, accumulator.grads());
+            let mut grads = accumulator.grads();
+            let norms = grad_norms(&model, &grads);
+            if state.step == 0 {
+                // Before hours are spent: say where the gradient stands after one batch.
+                log(run_dir, &format!("gradient norms at the first step: {}", norms.summary()))?;
+                warn_if_exploding(run_dir, &norms, state.step + 1)?;
+            }
+            if let Some(max_norm) = config.max_grad_norm {
+                clip_global_norm(&model, &mut grads, norms.total, max_norm);
+            }
+            model = optim.step(lr, model, grads);
             state.step += 1;
             state.step_in_epoch += 1;
             let secs = session_start.elapsed().as_secs_f64();
@@ -473,7 +492,8 @@ fn train_with<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>>(
             let epoch_done = state.step_in_epoch == steps_per_epoch || state.step == total_steps;
             if epoch_done {
                 state.elapsed_s = elapsed_before + secs;
-                validate(&model, &tokenizer, &val, config, run_dir, &mut state, lr, examples_seen as f64 / secs.max(1e-9), device)?;
+                let speed = examples_seen as f64 / secs.max(1e-9);
+                validate(&model, &tokenizer, &val, config, run_dir, &mut state, lr, speed, Some(norms), device)?;
                 if state.step_in_epoch == steps_per_epoch {
                     state.epoch += 1;
                     state.step_in_epoch = 0;
@@ -520,8 +540,13 @@ fn validate<B: AutodiffBackend>(
     state: &mut TrainState,
     lr: f64,
     examples_per_sec: f64,
+    grad_norms: Option<GradNorms>,
     device: &B::Device,
 ) -> Result<()> {
+    if let Some(norms) = &grad_norms {
+        log(run_dir, &format!("gradient norms at step {}: {}", state.step, norms.summary()))?;
+        warn_if_exploding(run_dir, norms, state.step)?;
+    }
     let inference = model.valid();
     let refs: Vec<&Example> = val.iter().collect();
     let p = predict(&inference, tokenizer, &refs, 32, model.max_len(config.max_len), device)?;
@@ -544,6 +569,7 @@ fn validate<B: AutodiffBackend>(
         examples_per_sec,
         elapsed_s: state.elapsed_s,
         best,
+        grad_norms,
     };
     state.loss_sum = 0.0;
     state.loss_count = 0;
@@ -612,6 +638,24 @@ fn truncate_metrics(path: &Path, step: usize) -> Result<()> {
     Ok(())
 }
 
+/// Warns when some part's gradient is `EXPLODING_RATIO` times the head's or more.
+fn warn_if_exploding(run_dir: &Path, norms: &GradNorms, step: usize) -> Result<()> {
+    let parts = norms.exploding();
+    if parts.is_empty() {
+        return Ok(());
+    }
+    warn(
+        run_dir,
+        &format!(
+            "step {step}: the gradient of {} is over {EXPLODING_RATIO}x the head's ({:.2e}): it is exploding through \
+             the IM iterations, and in f32 it is rounding noise (docs/numerics.md); grad=detached or grad=frozen \
+             in the connection spec keeps it bounded",
+            parts.join(", "),
+            norms.head
+        ),
+    )
+}
+
 fn log(run_dir: &Path, line: &str) -> Result<()> {
     tracing::info!("{line}");
     append_log(run_dir, line)
@@ -662,7 +706,7 @@ fn check_im_residuals<B: Backend>(
                 &format!(
                     "IM layer {layer}: ||r||^2 rose in iteration{} {} of {}: gamma = {} overshoots on this layer, \
                      so the solve does not converge and f32 results depend on rounding (docs/numerics.md); \
-                     a smaller --gamma descends",
+                     step=backtrack in the connection spec (or a smaller gamma) descends",
                     if after.len() > 1 { "s" } else { "" },
                     after.join(", "),
                     norms.len() - 1,

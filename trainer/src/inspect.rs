@@ -39,6 +39,18 @@ pub struct InspectArgs {
     /// IM step size gamma.
     #[arg(long, default_value_t = 0.1)]
     pub gamma: f64,
+    /// A full connection spec (`im:T=5,gamma=0.1,grad=frozen,step=backtrack,layers=2-3`); replaces
+    /// --mode, --T, --gamma and --im-layers.
+    #[arg(long, conflicts_with_all = ["mode", "im_layers"])]
+    pub connection: Option<String>,
+    /// Also print the gradient norm of each part (embeddings, layers, head) of the
+    /// cross-entropy against --label on this batch, dropout off: an exploding training gradient
+    /// shows here in one step.
+    #[arg(long)]
+    pub grad_norms: bool,
+    /// Class of each --text for --grad-norms (repeat once per --text; default 0).
+    #[arg(long)]
+    pub label: Vec<usize>,
     /// Input text; repeat for a batch.
     #[arg(long, required = true)]
     pub text: Vec<String>,
@@ -63,6 +75,9 @@ pub struct InspectArgs {
 
 impl InspectArgs {
     fn connection(&self) -> Result<ConnectionSpec> {
+        if let Some(spec) = &self.connection {
+            return Ok(ConnectionSpec::parse(spec)?);
+        }
         let connection = match self.mode {
             Mode::Bert => Connection::Monotone,
             Mode::Ex => Connection::Explicit,
@@ -120,8 +135,63 @@ pub fn run(args: InspectArgs) -> Result<()> {
     if !args.text_b.is_empty() && args.text_b.len() != args.text.len() {
         bail!("give one --text-b per --text ({} --text, {} --text-b)", args.text.len(), args.text_b.len());
     }
+    if !args.label.is_empty() && args.label.len() != args.text.len() {
+        bail!("give one --label per --text ({} --text, {} --label)", args.text.len(), args.label.len());
+    }
     let spec = args.connection()?;
-    crate::with_backend!(args.backend, |B, device| inspect::<B>(&args, &spec, &device))
+    crate::with_backend!(args.backend, |B, device| {
+        inspect::<B>(&args, &spec, &device)?;
+        if args.grad_norms {
+            print_grad_norms::<burn::backend::Autodiff<B>>(&args, &spec, &device)?;
+        }
+        Ok(())
+    })
+}
+
+/// `--grad-norms`: one backward pass of the cross-entropy, dropout off, a fresh head seeded
+/// with 0 when the model has none; the norm of each part's gradient.
+fn print_grad_norms<B: burn::tensor::backend::AutodiffBackend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::Device) -> Result<()> {
+    use burn::nn::loss::CrossEntropyLossConfig;
+    use burn::optim::GradientsParams;
+    B::seed(device, 0);
+    let tokenizer = BertTokenizer::from_dir(&args.model).context("loading the tokenizer")?;
+    let (mut model, _) = load_classifier::<B>(&args.model, Some(args.num_labels.unwrap_or(2)), device).context("loading the model")?;
+    model.config.hidden_dropout_prob = 0.0;
+    model.config.attention_probs_dropout_prob = 0.0;
+    model.config.classifier_dropout = Some(0.0);
+    let model = model.with_connections(spec)?;
+    let num_labels = model.num_labels();
+    let labels: Vec<i64> = (0..args.text.len()).map(|i| args.label.get(i).copied().unwrap_or(0) as i64).collect();
+    if let Some(bad) = labels.iter().find(|&&l| l as usize >= num_labels) {
+        bail!("--label {bad} is out of range: the head has {num_labels} classes");
+    }
+    let items: Vec<(&str, Option<&str>)> =
+        args.text.iter().enumerate().map(|(i, a)| (a.as_str(), args.text_b.get(i).map(String::as_str))).collect();
+    let input = tokenizer.encode(&items, model.max_len(args.max_len))?.to_input::<B>(device);
+    let logits = model.forward(&input, ForwardOptions::default()).logits.context("no classifier")?;
+    let targets = Tensor::<B, 1, burn::tensor::Int>::from_data(burn::tensor::TensorData::new(labels.clone(), [labels.len()]), device);
+    let loss = CrossEntropyLossConfig::new().init(device).forward(logits, targets);
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let norms = crate::grad_norms::grad_norms(&model, &grads);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"connection": spec.to_spec_string(), "labels": labels, "grad_norms": norms}))?);
+        return Ok(());
+    }
+    println!("\ngradient norms of the cross-entropy (labels {labels:?}), connection {}:", spec.to_spec_string());
+    println!("  {:<11} {:.3e}", "head", norms.head);
+    for (i, n) in norms.layers.iter().enumerate().rev() {
+        println!("  {:<11} {n:.3e}", format!("layer {i}"));
+    }
+    println!("  {:<11} {:.3e}", "embeddings", norms.embeddings);
+    let exploding = norms.exploding();
+    if !exploding.is_empty() {
+        println!(
+            "  exploding: {} over {}x the head's norm; in f32 such a gradient is rounding noise (docs/numerics.md)",
+            exploding.join(", "),
+            crate::grad_norms::EXPLODING_RATIO
+        );
+    }
+    Ok(())
 }
 
 fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::Device) -> Result<()> {

@@ -34,6 +34,8 @@ enum Command {
     Reproduce(reproduce::ReproduceArgs),
     /// Pack a fine-tuned model for the browser demo (`--web`: int8 bundle + SITE/index.json).
     Export(export::ExportArgs),
+    /// Drift between clean and perturbed hidden states, per layer, for BERT, EX and IM side by side.
+    Probe(Box<probe::ProbeArgs>),
     /// Download GLUE (HF hub) and AdvGLUE dev into a data directory (needs internet).
     FetchData(fetch::FetchArgs),
 }
@@ -61,6 +63,7 @@ fn main() {
         Command::FetchData(args) => fetch::run(args),
         Command::Reproduce(args) => reproduce::run(args),
         Command::LrSearch(args) => lr_search::run(*args),
+        Command::Probe(args) => probe::run(*args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

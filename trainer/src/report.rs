@@ -856,6 +856,8 @@ pub struct LineChart {
     pub x_label: String,
     pub y_label: String,
     pub series: Vec<LineSeriesData>,
+    /// Top of the y axis; `None`: 100 (accuracies).
+    pub y_max: Option<f64>,
 }
 
 /// One line of a [`LineChart`].
@@ -964,7 +966,16 @@ fn accuracy_vs_t(report: &Report, split: &str) -> Option<LineChart> {
     let mut settings: BTreeMap<String, Vec<PointAtT>> = BTreeMap::new();
     for g in &report.groups {
         let (Some((spec, im)), Some(s)) = (implicit_spec(g), g.split(split)) else { continue };
-        let grad = if im.gradient == shared::InnerGradient::Detached { ", detached" } else { "" };
+        let mut grad = String::new();
+        if im.gradient != shared::InnerGradient::Exact {
+            grad += &format!(", {}", im.gradient.name());
+        }
+        if im.step_rule == shared::StepRule::Backtrack {
+            grad += ", backtrack";
+        }
+        if let Some(tol) = im.tolerance {
+            grad += &format!(", tol {tol}");
+        }
         let key = format!("γ={} {}{grad} {}", im.gamma, layers_label(&spec), other_values(report, g));
         settings.entry(key.trim().to_string()).or_default().push((im.iterations, s.clean, s.adversarial, g.flagged()));
     }
@@ -996,6 +1007,7 @@ fn accuracy_vs_t(report: &Report, split: &str) -> Option<LineChart> {
         x_label: "T (IM iterations)".into(),
         y_label: "accuracy (%)".into(),
         series,
+        y_max: None,
     })
 }
 
@@ -1108,7 +1120,7 @@ mod draw {
             .margin(16)
             .x_label_area_size(48)
             .y_label_area_size(64)
-            .build_cartesian_2d(-0.5..x_max + 0.5, 0.0..100.0)?;
+            .build_cartesian_2d(-0.5..x_max + 0.5, 0.0..c.y_max.unwrap_or(100.0))?;
         chart
             .configure_mesh()
             .x_desc(c.x_label.as_str())
@@ -1117,7 +1129,7 @@ mod draw {
             .axis_desc_style(("sans-serif", 18))
             // T is an integer: label whole numbers only.
             .x_label_formatter(&|x| if x.fract().abs() < 1e-9 { format!("{x:.0}") } else { String::new() })
-            .y_label_formatter(&|y| format!("{y:.0}"))
+            .y_label_formatter(&|y| if c.y_max.is_some_and(|m| m < 10.0) { format!("{y:.2}") } else { format!("{y:.0}") })
             .draw()?;
         for s in &c.series {
             let color = Palette99::pick(s.color).to_rgba();
@@ -1141,9 +1153,11 @@ mod draw {
                     .filter_map(|&(x, y, sd)| sd.map(|sd| PathElement::new(vec![(x, y - sd), (x, y + sd)], color))),
             )?;
         }
+        // Accuracies fall to the right less often than they rise; other measures (drift) may not.
+        let legend = if c.y_max.is_some() { SeriesLabelPosition::UpperLeft } else { SeriesLabelPosition::LowerRight };
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(legend)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font(("sans-serif", 14))
@@ -1525,6 +1539,7 @@ mod tests {
             adam_beta1: 0.9,
             adam_beta2: 0.999,
             warmup_ratio: 0.1,
+            max_grad_norm: None,
             shuffle: true,
             dropout: None,
             adv: "none".into(),

@@ -29,6 +29,9 @@ pub enum Preset {
     TSweep,
     /// Adversarial-training baselines: CreAT and PGD (low-resource, 3 seeds).
     Creat,
+    /// IM on all layers, each training-gradient choice (exact, detached, frozen) with the paper's
+    /// fixed step and with backtracking (SST-2 low-resource, seed 0; docs/numerics.md).
+    GradientStudy,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -60,6 +63,13 @@ pub struct ReproduceArgs {
     pub eval_limit: Option<usize>,
     #[arg(long, value_enum, default_value = "ndarray")]
     pub backend: BackendKind,
+    /// Clip the gradient's global norm (0: no clipping), as `finetune --max-grad-norm`.
+    #[arg(long, default_value_t = 0.0)]
+    pub max_grad_norm: f64,
+    /// Where each finished cell's summary goes (`<results>/<grid>/<cell>.json`, meant to be
+    /// committed): a cell whose summary exists is skipped, so a grid resumes from the repository.
+    #[arg(long, default_value = "results/runs")]
+    pub results: PathBuf,
     /// Print the grid and exit.
     #[arg(long)]
     pub dry_run: bool,
@@ -105,6 +115,15 @@ pub fn grid(preset: Preset, num_layers: usize, tasks: Option<&[Task]>, seeds: Op
             low,
         ),
         Preset::Creat => (all_tasks.to_vec(), vec!["bert".into()], vec!["creat", "pgd"], vec![0, 1, 2], low),
+        Preset::GradientStudy => {
+            // Cheapest first; the exact gradient at the fixed step (known to stay at chance,
+            // docs/numerics.md) last.
+            let specs = ["frozen", "detached", "frozen,step=backtrack", "detached,step=backtrack", "exact,step=backtrack", "exact"]
+                .iter()
+                .map(|g| format!("im:T=5,gamma=0.1,grad={g}"))
+                .collect();
+            (vec![Task::Sst2], specs, vec!["none"], vec![0], low)
+        }
     };
     let task_list: Vec<Task> = match tasks {
         Some(t) => task_list.into_iter().filter(|x| t.contains(x)).collect(),
@@ -138,15 +157,23 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     }
     std::fs::create_dir_all(&out)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(datasets::default_data_dir);
+    let grid_name = out.file_name().map_or_else(|| "grid".to_string(), |n| n.to_string_lossy().into_owned());
+    let results = args.results.join(&grid_name);
     for (i, cell) in cells.iter().enumerate() {
         let dir = out.join(cell.dir_name());
-        if dir.join("done").exists() && dir.join("eval.json").exists() {
-            println!("[{}/{}] {}: done", i + 1, cells.len(), cell.dir_name());
+        let summary_path = results.join(format!("{}.json", cell.dir_name()));
+        if summary_path.exists() {
+            println!("[{}/{}] {}: summary in {}", i + 1, cells.len(), cell.dir_name(), summary_path.display());
             continue;
         }
-        println!("[{}/{}] {}", i + 1, cells.len(), cell.dir_name());
-        crate::with_backend!(args.backend, |B, device| run_cell::<B>(&args, cell, &dir, &data_dir, &device))
-            .with_context(|| format!("grid cell {}", cell.dir_name()))?;
+        if !(dir.join("done").exists() && dir.join("eval.json").exists()) {
+            println!("[{}/{}] {}", i + 1, cells.len(), cell.dir_name());
+            crate::with_backend!(args.backend, |B, device| run_cell::<B>(&args, cell, &dir, &data_dir, &device))
+                .with_context(|| format!("grid cell {}", cell.dir_name()))?;
+        }
+        std::fs::create_dir_all(&results)?;
+        run::write_json(&summary_path, &run::RunSummary::read(&dir)?)?;
+        println!("[{}/{}] {}: summary written to {}", i + 1, cells.len(), cell.dir_name(), summary_path.display());
     }
     report::run(ReportArgs {
         runs: vec![out.clone()],
@@ -171,6 +198,7 @@ fn run_cell<B: Backend>(args: &ReproduceArgs, cell: &Cell, dir: &Path, data_dir:
             "--epochs".into(), args.epochs.to_string(),
             "--lr".into(), args.lr.to_string(),
             "--data-dir".into(), data_dir.display().to_string(),
+            "--max-grad-norm".into(), args.max_grad_norm.to_string(),
             "--backend".into(), format!("{:?}", args.backend).to_lowercase(),
         ];
         let optional = [("--train-samples", cell.train_samples), ("--val-samples", cell.val_samples), ("--max-steps", args.max_steps)];
@@ -226,6 +254,12 @@ mod tests {
         assert_eq!(specs, ["im:T=5,gamma=0.1,layers=0-3", "im:T=5,gamma=0.1,layers=4-7", "im:T=5,gamma=0.1,layers=8-11"]);
         let minilm = grid(Preset::LayerGroups, 6, Some(&[Task::Sst2]), Some(&[0]));
         assert_eq!(minilm.last().unwrap().connection, "im:T=5,gamma=0.1,layers=4-5");
+        let study = grid(Preset::GradientStudy, 6, None, None);
+        assert_eq!(study.len(), 6);
+        for c in &study {
+            let spec = shared::ConnectionSpec::parse(&c.connection).unwrap();
+            assert_eq!(spec.to_spec_string(), c.connection, "the cell's name is its canonical spec");
+        }
         let sweep = grid(Preset::TSweep, 6, None, Some(&[7]));
         assert_eq!(sweep.len(), 4);
         assert!(sweep.iter().all(|c| c.seed == 7 && c.train_samples == Some(1000)));

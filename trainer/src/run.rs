@@ -47,6 +47,9 @@ pub struct RunConfig {
     pub adam_beta2: f64,
     /// Fraction of the steps spent on linear warm-up (then linear decay to 0).
     pub warmup_ratio: f64,
+    /// Global L2 norm the gradient is clipped to before each step (None: no clipping).
+    #[serde(default)]
+    pub max_grad_norm: Option<f64>,
     pub shuffle: bool,
     /// Overrides both dropout probabilities of the model when set.
     pub dropout: Option<f64>,
@@ -82,6 +85,9 @@ pub struct EpochMetrics {
     pub elapsed_s: f64,
     /// Whether this validation produced a new best model.
     pub best: bool,
+    /// The gradient norms of the last step before this validation (before clipping), per part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_norms: Option<crate::grad_norms::GradNorms>,
 }
 
 /// The file name of [`ImResidualCheck`] in a run directory.
@@ -196,4 +202,34 @@ pub fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{}:{}", path.display(), i + 1)))
         .collect()
+}
+
+/// What a finished run is, in one file small enough to commit: its settings, every validation,
+/// the IM residual check, the evaluation and the wall time (`reproduce` writes one per grid cell
+/// into `results/runs/`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub name: String,
+    pub config: RunConfig,
+    pub metrics: Vec<EpochMetrics>,
+    /// Training wall time in seconds (resumed sessions added up).
+    pub train_seconds: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub im_residuals: Option<ImResidualCheck>,
+    /// `eval.json` as written by `trainer eval`.
+    pub eval: serde_json::Value,
+}
+
+impl RunSummary {
+    /// Reads a finished, evaluated run directory.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let config: RunConfig = read_json(&dir.join("config.json"))?;
+        let metrics: Vec<EpochMetrics> = read_jsonl(&dir.join("metrics.jsonl"))?;
+        let residuals_path = dir.join(IM_RESIDUALS_FILE);
+        let im_residuals = if residuals_path.exists() { Some(read_json(&residuals_path)?) } else { None };
+        let eval = read_json(&dir.join("eval.json"))?;
+        let name = dir.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let train_seconds = metrics.last().map_or(0.0, |m| m.elapsed_s);
+        Ok(Self { name, config, metrics, train_seconds, im_residuals, eval })
+    }
 }
