@@ -118,9 +118,9 @@ pub fn grid(preset: Preset, num_layers: usize, tasks: Option<&[Task]>, seeds: Op
         Preset::GradientStudy => {
             // Cheapest first; the exact gradient at the fixed step (known to stay at chance,
             // docs/numerics.md) last.
-            let specs = ["frozen", "detached", "frozen,step=backtrack", "detached,step=backtrack", "exact,step=backtrack", "exact"]
+            let specs = [",grad=frozen", ",grad=detached", ",grad=frozen,step=backtrack", ",grad=detached,step=backtrack", ",step=backtrack", ""]
                 .iter()
-                .map(|g| format!("im:T=5,gamma=0.1,grad={g}"))
+                .map(|g| format!("im:T=5,gamma=0.1{g}"))
                 .collect();
             (vec![Task::Sst2], specs, vec!["none"], vec![0], low)
         }
