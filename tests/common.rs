@@ -257,3 +257,57 @@ pub fn compare_gradient_choice_with_pytorch<B: AutodiffBackend>(gradient: shared
     assert!(worst.0 < tolerance, "{} differs by {}", worst.1, worst.0);
 }
 
+
+// ---- MiniLM's IM training gradient against PyTorch, per gradient choice ----
+
+/// `(our error, PyTorch's own f32 error)` of MiniLM's training gradient with IM on all layers
+/// (T=5; `setting` "paper": gamma 0.1, "converging": gamma 0.01) under `gradient`, both measured against PyTorch's f64 gradient
+/// (`minilm_im_gradients.safetensors`): worst over the stored parameters of
+/// `max|g - ref| / max|ref|`, the scale floored at 1e-6 of the largest gradient.
+pub fn minilm_gradient_error<B: AutodiffBackend>(setting: &str, gradient: shared::InnerGradient) -> (f64, f64) {
+    use burn::module::Param;
+    let device = Default::default();
+    let r = reference("minilm_im_gradients.safetensors");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("minilm_im_gradients.json")).unwrap()).unwrap();
+    let (mut model, _) = load_classifier::<B>(&minilm_dir(), Some(2), &device).unwrap();
+    model.config.hidden_dropout_prob = 0.0;
+    model.config.attention_probs_dropout_prob = 0.0;
+    model.config.classifier_dropout = Some(0.0);
+    // The head PyTorch drew: HF [out, in] is burn's [in, out].
+    let (w_shape, w) = &r["classifier.weight"];
+    let weight = Tensor::<B, 2>::from_data(TensorData::new(w.iter().map(|&x| x as f32).collect::<Vec<_>>(), [w_shape[0], w_shape[1]]), &device);
+    let bias = Tensor::<B, 1>::from_data(TensorData::new(r["classifier.bias"].1.iter().map(|&x| x as f32).collect::<Vec<_>>(), [w_shape[0]]), &device);
+    let classifier = model.classifier.as_mut().unwrap();
+    classifier.weight = Param::from_tensor(weight.transpose());
+    classifier.bias = Some(Param::from_tensor(bias));
+    let mut spec = ConnectionSpec::parse(meta["connections"][setting].as_str().unwrap()).unwrap();
+    if let shared::Connection::Implicit(im) = &mut spec.connection {
+        im.gradient = gradient;
+    }
+    let model = model.with_connections(&spec).unwrap();
+    let input = minilm_reference_input::<B>(&reference("minilm_hidden.safetensors"), &device);
+    let labels = Tensor::<B, 1, Int>::from_data(TensorData::new(ints(&r["labels"].1), [r["labels"].0[0]]), &device);
+    let loss = loss(&model, &input, labels);
+    let grads = loss.backward();
+    let prefix = format!("{setting}.grad_{}.", gradient.name());
+    let references: BTreeMap<&str, &Vec<f64>> =
+        r.iter().filter_map(|(k, (_, v))| k.strip_prefix(prefix.as_str()).map(|n| (n, v))).collect();
+    let floor = 1e-6 * references.values().flat_map(|v| v.iter()).fold(0.0f64, |m, x| m.max(x.abs()));
+    let mut worst = 0.0f64;
+    let f64s = |data: TensorData| data.convert::<f64>().into_vec::<f64>().unwrap();
+    for p in hf_parameters(&model) {
+        let Some(expected) = references.get(p.name.as_str()) else { continue };
+        let ours = match &p.tensor {
+            ParamTensor::Vector(t) => f64s(t.grad(&grads).unwrap().into_data()),
+            ParamTensor::Matrix(t) => {
+                let g = t.grad(&grads).unwrap();
+                f64s(if p.transposed { g.transpose().into_data() } else { g.into_data() })
+            }
+        };
+        let scale = expected.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(floor);
+        worst = worst.max(max_abs_diff(&ours, expected) / scale);
+    }
+    assert!(!references.is_empty(), "no {prefix} references");
+    (worst, meta["f32_vs_f64"][setting][gradient.name()].as_f64().unwrap())
+}

@@ -13,6 +13,9 @@ Writes
   IM connection (Algorithm 1, T=3) on layer 1, differentiated through the inner loop with
   create_graph=True (`grad.*`), with `J^T r` held constant (`grad_detached.*`) and with the whole
   inner gradient held constant (`grad_frozen.*`), in float64.
+- minilm_im_gradients.safetensors: MiniLM with IM on all layers (T=5, gamma=0.1) and a seeded
+  2-class head: biases', LayerNorms' and the classifier's gradients under each choice in float64;
+  the .json holds how far PyTorch's own float32 gradient is from them.
 """
 
 import argparse
@@ -20,7 +23,7 @@ import json
 import pathlib
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
 
 from im_bert import im_forward
@@ -162,6 +165,55 @@ def tiny_reference(out: pathlib.Path) -> None:
         {"connection": f"im:T={IM_T},gamma={IM_GAMMA},layers={IM_LAYERS[0]}-{IM_LAYERS[-1]}", "dtype": "float64"}))
 
 
+MINILM_GRADIENTS = ("exact", "detached", "frozen")
+
+
+def minilm_gradient_reference(model_dir: pathlib.Path, out: pathlib.Path) -> None:
+    """MiniLM, IM on all six layers (T=5; gamma 0.1 as the paper writes it, and 0.01), a fresh
+    seeded 2-class head: the training gradient under each choice, in float64 (the reference) and in
+    float32 (to measure what PyTorch's own f32 achieves). Only biases, LayerNorm parameters and the
+    classifier are stored (every layer has them; the fixture stays small)."""
+    hidden = load_file(out / "minilm_hidden.safetensors") if (out / "minilm_hidden.safetensors").exists() else None
+    if hidden is None:
+        raise SystemExit("minilm_hidden.safetensors first")
+    input_ids, token_type_ids, attention_mask = hidden["input_ids"], hidden["token_type_ids"], hidden["attention_mask"]
+    labels = torch.arange(input_ids.shape[0]) % 2
+    torch.manual_seed(0)
+    model = BertForSequenceClassification.from_pretrained(model_dir, num_labels=2, attn_implementation="eager").eval()
+    kept = [n for n, _ in model.named_parameters()
+            if n.endswith(".bias") or "LayerNorm" in n or n.startswith("classifier.")]
+    tensors = {"labels": labels, "classifier.weight": model.classifier.weight.detach().clone(),
+               "classifier.bias": model.classifier.bias.detach().clone()}
+    # The paper's step, which amplifies rounding, and a small one, whose solve converges.
+    settings = {"paper": 0.1, "converging": 0.01}
+    meta = {"connections": {tag: f"im:T=5,gamma={gamma}" for tag, gamma in settings.items()}, "f32_vs_f64": {}}
+    layers = list(range(model.config.num_hidden_layers))
+    for tag, gamma in settings.items():
+        meta["f32_vs_f64"][tag] = {}
+        for gradient in MINILM_GRADIENTS:
+            grads = {}
+            for dtype in (torch.float64, torch.float32):
+                m = model.to(dtype)
+                logits, _ = im_forward(m, input_ids, token_type_ids, attention_mask, layers, 5, gamma,
+                                       gradient=gradient, residuals=False)
+                loss = torch.nn.functional.cross_entropy(logits, labels)
+                params = dict(m.named_parameters())
+                g = torch.autograd.grad(loss, [params[n] for n in kept], allow_unused=True)
+                grads[dtype] = {n: x.detach().double() for n, x in zip(kept, g) if x is not None}
+            ref, f32 = grads[torch.float64], grads[torch.float32]
+            for n, x in ref.items():
+                tensors[f"{tag}.grad_{gradient}.{n}"] = x.contiguous()
+            # The measure the Rust test uses: worst over parameters of max|g - ref| / max|ref|, the
+            # scale floored at 1e-6 of the largest gradient (key biases' gradients are exactly zero
+            # in exact arithmetic, so both sides are rounding noise there).
+            floor = 1e-6 * max(x.abs().max().item() for x in ref.values())
+            worst = max(((f32[n] - x).abs().max() / max(x.abs().max().item(), floor)).item() for n, x in ref.items())
+            meta["f32_vs_f64"][tag][gradient] = worst
+    model.float()
+    save_file(tensors, out / "minilm_im_gradients.safetensors")
+    (out / "minilm_im_gradients.json").write_text(json.dumps(meta, indent=1))
+
+
 def compare(committed: pathlib.Path, fresh: pathlib.Path) -> int:
     """Compares regenerated references with the committed ones; returns the number of mismatches."""
     from safetensors.torch import load_file
@@ -216,12 +268,14 @@ def main() -> int:
 
         with tempfile.TemporaryDirectory() as tmp:
             minilm_reference(args.minilm, pathlib.Path(tmp))
+            minilm_gradient_reference(args.minilm, pathlib.Path(tmp))
             tiny_reference(pathlib.Path(tmp))
             bad = compare(args.check, pathlib.Path(tmp))
         print(f"reference check: {bad} mismatching file(s)")
         return 1 if bad else 0
     args.out.mkdir(parents=True, exist_ok=True)
     minilm_reference(args.minilm, args.out)
+    minilm_gradient_reference(args.minilm, args.out)
     tiny_reference(args.out)
     print(f"wrote references to {args.out}")
     return 0
