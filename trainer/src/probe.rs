@@ -265,7 +265,8 @@ fn norm(v: &[f64]) -> f64 {
 
 fn cosine_distance(a: &[f64], b: &[f64]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    1.0 - dot / (norm(a) * norm(b)).max(1e-30)
+    // Rounding can put `cos` a hair above 1.
+    (1.0 - dot / (norm(a) * norm(b)).max(1e-30)).max(0.0)
 }
 
 fn relative_l2(clean: &[f64], perturbed: &[f64]) -> f64 {

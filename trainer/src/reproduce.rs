@@ -175,6 +175,11 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         run::write_json(&summary_path, &run::RunSummary::read(&dir)?)?;
         println!("[{}/{}] {}: summary written to {}", i + 1, cells.len(), cell.dir_name(), summary_path.display());
     }
+    if report::find_run_dirs(&out)?.is_empty() {
+        // A fresh clone: every cell's summary is committed, no run directory is here.
+        println!("no run directories in {}: the results are the summaries in {}", out.display(), results.display());
+        return Ok(());
+    }
     report::run(ReportArgs {
         runs: vec![out.clone()],
         out: out.join("report"),

@@ -189,9 +189,10 @@ fn single_exact_sgd_step_for_the_pytorch_replay() {
 #[test]
 fn reproduce_runs_a_grid_reports_it_and_resumes() {
     let grid = scratch("grid-smoke");
+    let results = scratch("grid-smoke-results");
     let args = [
         "reproduce", "--preset", "smoke", "--model", "tests/fixtures/tiny-bert", "--max-steps", "2", "--eval-limit", "8",
-        "--out", grid.to_str().unwrap(),
+        "--out", grid.to_str().unwrap(), "--results", results.to_str().unwrap(),
     ];
     let first = ok(trainer(&args, &[]));
     assert!(first.contains("2 cells"), "{first}");
@@ -200,9 +201,40 @@ fn reproduce_runs_a_grid_reports_it_and_resumes() {
     }
     let md = std::fs::read_to_string(grid.join("report/report.md")).unwrap();
     assert!(md.contains("did not learn"), "a near-chance model is flagged in the report");
-    // A finished grid is skipped cell by cell.
+    // Each finished cell leaves a summary to commit: settings, validations, evaluation, time.
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(results.join("grid-smoke/sst2-bert-none-s0.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["config"]["connection"], "bert");
+    assert!(!summary["metrics"].as_array().unwrap().is_empty() && summary["eval"]["advglue"].is_array(), "{summary}");
+    assert!(summary["train_seconds"].as_f64().unwrap() > 0.0);
+    // A grid whose summaries exist is skipped cell by cell, even without its run directories
+    // (a fresh clone of the repository).
+    std::fs::remove_dir_all(&grid).unwrap();
     let again = ok(trainer(&args, &[]));
-    assert_eq!(again.matches(": done").count(), 2, "{again}");
+    assert_eq!(again.matches(": summary in").count(), 2, "{again}");
+    assert!(!grid.join("sst2-bert-none-s0").exists(), "nothing was trained again");
+}
+
+/// Each validation records the gradient norm of every part; clipping is part of the run's config.
+#[test]
+fn gradient_norms_are_logged_and_clipping_is_recorded() {
+    let run = scratch("tiny-grad-norms");
+    let spec = "im:T=2,gamma=0.1,grad=frozen,step=backtrack,layers=1-1";
+    ok(trainer(&as_refs(&tiny_finetune(&run, &["--connection", spec, "--max-grad-norm", "1"])), &[]));
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap()).unwrap();
+    assert_eq!((config["connection"].as_str(), config["max_grad_norm"].as_f64()), (Some(spec), Some(1.0)));
+    let log = std::fs::read_to_string(run.join("log.txt")).unwrap();
+    assert!(log.contains("gradient norms at the first step: embeddings"), "{log}");
+    for line in std::fs::read_to_string(run.join("metrics.jsonl")).unwrap().lines() {
+        let m: serde_json::Value = serde_json::from_str(line).unwrap();
+        let norms = &m["grad_norms"];
+        assert_eq!(norms["layers"].as_array().map(Vec::len), Some(2), "{m}");
+        assert!(norms["head"].as_f64().unwrap() > 0.0 && norms["total"].as_f64().unwrap() >= norms["head"].as_f64().unwrap());
+    }
+    let refused = trainer(&as_refs(&tiny_finetune(&scratch("tiny-bad-clip"), &["--max-grad-norm", "-1"])), &[]);
+    assert!(!refused.status.success());
 }
 
 #[test]
