@@ -33,12 +33,17 @@ export PATH := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin:$(PATH)
 
 .PHONY: run test model venv rust-test wasm-check python-check references bench
 
-## The main job: IM-BERT (T=5, gamma=0.1, all layers) on MiniLM-L6, next to plain BERT.
+## The main job: the stability probe on the default model (MiniLM-L6, no classifier needed):
+## per layer, how far clean and perturbed inputs drift apart under BERT, EX, IM as the paper
+## writes it and the recommended IM, and how far f32 is from f64. AdvGLUE SST-2 pairs when the
+## data is there (../shared/data or IMBERT_DATA), else a few typed pairs. Tables to stdout,
+## plots and JSON in report/probe.
+PROBE_PAIRS := $(if $(wildcard $(or $(IMBERT_DATA),../shared/data)/advglue/dev*.json),--limit 48, \
+	--text "a gripping, heartfelt film" --perturbed "a gripping, heartfelt flim" \
+	--text "the premise is thin and the plot drags" --perturbed "the premise is thin and the plot draggs" \
+	--text "an utterly charming comedy" --perturbed "an utterly charming and not unfunny comedy")
 run: model
-	$(CARGO) run --release -p trainer -- inspect --model $(MODEL) --mode bert \
-		--text "a gripping, heartfelt film" --text "a gripping, heartfelt flim"
-	$(CARGO) run --release -p trainer -- inspect --model $(MODEL) --mode im --T 5 --gamma 0.1 \
-		--text "a gripping, heartfelt film" --text "a gripping, heartfelt flim"
+	$(CARGO) run --release -p trainer -- probe --model $(MODEL) $(PROBE_PAIRS) --out report/probe
 
 ## Every test: Rust unit and integration tests, then the transformers-side checks.
 test: model venv rust-test browser-test e2e python-check
