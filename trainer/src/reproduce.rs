@@ -52,6 +52,9 @@ pub struct ReproduceArgs {
     /// Replace the preset's seeds (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub seeds: Option<Vec<u64>>,
+    /// Replace the preset's connections (repeat the flag; specs contain commas).
+    #[arg(long = "connection")]
+    pub connections: Vec<String>,
     #[arg(long, default_value_t = 3)]
     pub epochs: usize,
     #[arg(long)]
@@ -147,7 +150,21 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(format!("{:?}", args.preset).to_lowercase()));
     let config = shared::BertConfig::from_file(&args.model.join("config.json"))?;
     let tasks: Option<Vec<Task>> = args.tasks.as_ref().map(|t| t.iter().map(|s| s.parse()).collect::<Result<_, _>>()).transpose()?;
-    let cells = grid(args.preset, config.num_hidden_layers, tasks.as_deref(), args.seeds.as_deref());
+    let mut cells = grid(args.preset, config.num_hidden_layers, tasks.as_deref(), args.seeds.as_deref());
+    if !args.connections.is_empty() {
+        // Canonical specs, so that a cell's name does not depend on how its spec was typed.
+        let specs: Vec<String> = args
+            .connections
+            .iter()
+            .map(|s| Ok(shared::ConnectionSpec::parse(s).with_context(|| format!("--connection {s}"))?.to_spec_string()))
+            .collect::<Result<_>>()?;
+        let mut seen = std::collections::BTreeSet::new();
+        cells = cells
+            .iter()
+            .filter(|c| seen.insert((c.task, c.adv, c.seed)))
+            .flat_map(|c| specs.iter().map(move |s| Cell { connection: s.clone(), ..c.clone() }))
+            .collect();
+    }
     println!("{} cells in {}", cells.len(), out.display());
     if args.dry_run {
         for c in &cells {
