@@ -11,13 +11,14 @@
 //!
 //! What training differentiates (`InnerGradient`, spec key `grad`), for one update
 //! `z' = z - 2 gamma (r - J^T r)` with `r = z - h - phi(z)`:
-//! - `exact`:    everything, second-order terms included: `dz'/dz = I - 2 gamma ((I - J) - d(J^T r)/dz)`.
-//!               On MiniLM at gamma 0.1 this product of Jacobians explodes (docs/numerics.md).
-//! - `detached`: `J^T r` is a constant: `dz'/dz = (1 - 2 gamma) I + 2 gamma J`, and the weights get
-//!               `2 gamma dphi/dtheta` from each update through `r`.
-//! - `frozen`:   the whole update `2 gamma (r - J^T r)` is a constant: `dz'/dz = I`, so the gradient
-//!               flows through `z_0 = h + phi(h)` alone, as in EX-BERT. This is what PyTorch's
-//!               `g = torch.autograd.grad(loss_i, z)` without `create_graph` gives.
+//! - `exact`: everything, second-order terms included:
+//!   `dz'/dz = I - 2 gamma ((I - J) - d(J^T r)/dz)`. On MiniLM at gamma 0.1 this product of
+//!   Jacobians explodes (docs/numerics.md).
+//! - `detached`: `J^T r` is a constant: `dz'/dz = (1 - 2 gamma) I + 2 gamma J`, and the weights
+//!   get `2 gamma dphi/dtheta` from each update through `r`.
+//! - `frozen`: the whole update `2 gamma (r - J^T r)` is a constant: `dz'/dz = I`, so the
+//!   gradient flows through `z_0 = h + phi(h)` alone, as in EX-BERT. This is what PyTorch's
+//!   `g = torch.autograd.grad(loss_i, z)` without `create_graph` gives.
 //!
 //! How the step is taken (`StepRule`, spec key `step`, and `tol`):
 //! - `fixed` (the paper): `z <- z - 2 gamma (r - J^T r)`, T times.
