@@ -44,7 +44,8 @@ pub struct ProbeArgs {
     #[arg(long, default_value = "models/all-minilm-l6-v2")]
     pub model: PathBuf,
     /// A connection spec to compare (repeat the flag). Default: bert, ex, IM as the paper writes
-    /// it and the recommended IM configuration.
+    /// it, IM with backtracking, IM at gamma 0.02, and the recommended IM where its forward pass
+    /// differs from those.
     #[arg(long = "connection")]
     pub connections: Vec<String>,
     /// A clean text (repeat; each pairs with the `--perturbed` at the same position).
@@ -109,9 +110,24 @@ pub struct ConnectionDrift {
     pub f32_vs_f64: Option<f64>,
 }
 
-/// The connections compared when none is given.
+/// The connections compared when none is given: BERT, EX, IM as the paper writes it, IM with a
+/// converging solve (backtracking; a small gamma), and the recommended IM when its forward pass
+/// differs from those (`grad` changes only the backward pass).
 pub fn default_connections() -> Vec<String> {
-    ["bert", "ex", "im:T=5,gamma=0.1", shared::RECOMMENDED_IM].iter().map(|s| s.to_string()).collect()
+    let mut specs: Vec<String> =
+        ["bert", "ex", "im:T=5,gamma=0.1", "im:T=5,gamma=0.1,step=backtrack", "im:T=5,gamma=0.02"].iter().map(|s| s.to_string()).collect();
+    let forward = |spec: &str| {
+        let mut parsed = ConnectionSpec::parse(spec).ok()?;
+        if let shared::Connection::Implicit(im) = &mut parsed.connection {
+            im.gradient = shared::InnerGradient::Exact;
+        }
+        Some(parsed)
+    };
+    let recommended = forward(shared::RECOMMENDED_IM);
+    if !specs.iter().any(|s| forward(s) == recommended) {
+        specs.push(shared::RECOMMENDED_IM.to_string());
+    }
+    specs
 }
 
 pub fn run(args: ProbeArgs) -> Result<()> {
@@ -411,6 +427,15 @@ pub fn write(r: &ProbeReport, out: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_connections_parse_and_differ_in_their_forward_pass() {
+        let specs = default_connections();
+        assert!(specs.len() >= 5);
+        for s in &specs {
+            ConnectionSpec::parse(s).unwrap();
+        }
+    }
 
     #[test]
     fn drift_measures() {
