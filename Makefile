@@ -38,7 +38,7 @@ export PATH := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin:$(PATH)
 ## writes it and the recommended IM, and how far f32 is from f64. AdvGLUE SST-2 pairs when the
 ## data is there (../shared/data or IMBERT_DATA), else a few typed pairs. Tables to stdout,
 ## plots and JSON in report/probe.
-PROBE_PAIRS := $(if $(wildcard $(or $(IMBERT_DATA),../shared/data)/advglue/dev*.json),--limit 48, \
+PROBE_PAIRS := $(if $(wildcard $(or $(IMBERT_DATA),../shared/data)/advglue/dev*.json),--limit 24, \
 	--text "a gripping, heartfelt film" --perturbed "a gripping, heartfelt flim" \
 	--text "the premise is thin and the plot drags" --perturbed "the premise is thin and the plot draggs" \
 	--text "an utterly charming comedy" --perturbed "an utterly charming and not unfunny comedy")

@@ -241,8 +241,13 @@ def compare(committed: pathlib.Path, fresh: pathlib.Path) -> int:
                 # difference grows with depth (MiniLM's layer 5: 1.2e-4, i.e. 1.2e-5 of its largest
                 # value, between a Sapphire Rapids and an AMD EPYC machine). A wrong script
                 # changes values by far more than 1e-4 of their scale; f64 values must agree to 1e-5.
+                scale = max(1.0, a[k].double().abs().max().item() if a[k].numel() else 0.0)
                 if a[k].dtype == torch.float32:
-                    limit = 1e-4 * max(1.0, a[k].double().abs().max().item() if a[k].numel() else 0.0)
+                    limit = 1e-4 * scale
+                elif rel.name == "minilm_im_gradients.safetensors":
+                    # f64 through IM's iterations at gamma 0.1: gradients up to 1e9, the rounding
+                    # of one CPU's kernels amplified ~1e8-fold (docs/numerics.md): relative.
+                    limit = 1e-5 * scale
                 else:
                     limit = 1e-5
                 if diff > limit:
@@ -250,7 +255,17 @@ def compare(committed: pathlib.Path, fresh: pathlib.Path) -> int:
             bad += status != "ok"
             print(f"{status:7} {rel}: max |committed - regenerated| = {worst:.1e}")
         elif new.suffix == ".json":
-            same = json.loads(old.read_text()) == json.loads(new.read_text())
+            a, b = json.loads(old.read_text()), json.loads(new.read_text())
+            if isinstance(a, dict) and "f32_vs_f64" in a and isinstance(b, dict):
+                # How far f32 lands from f64 depends on the CPU's kernels (at gamma 0.1 it is
+                # rounding noise): the same order of magnitude is all a regeneration can promise.
+                close = lambda x, y: 0.1 <= (x + 1e-12) / (y + 1e-12) <= 10.0
+                errs_a, errs_b = a.pop("f32_vs_f64"), b.pop("f32_vs_f64", None)
+                same = a == b and errs_b is not None and errs_a.keys() == errs_b.keys() and all(
+                    errs_a[t].keys() == errs_b[t].keys() and all(close(errs_a[t][g], errs_b[t][g]) for g in errs_a[t])
+                    for t in errs_a)
+            else:
+                same = a == b
             bad += not same
             print(f"{'ok' if same else 'DIFFERS':7} {rel}")
     return bad
