@@ -43,11 +43,16 @@ pub struct ProbeArgs {
     /// HF BERT directory; no classifier needed.
     #[arg(long, default_value = "models/all-minilm-l6-v2")]
     pub model: PathBuf,
-    /// A connection spec to compare (repeat the flag). Default: bert, ex, IM as the paper writes
-    /// it, IM with backtracking, IM at gamma 0.02, and the recommended IM where its forward pass
-    /// differs from those.
+    /// A connection spec to run `--model` with (repeat the flag). Default, when no `--run` is
+    /// given either: bert, ex, IM as the paper writes it, IM with backtracking, IM at gamma 0.02,
+    /// and the recommended IM where its forward pass differs from those.
     #[arg(long = "connection")]
     pub connections: Vec<String>,
+    /// A fine-tuned run directory (repeat the flag): its `best/` model with the connection it was
+    /// trained with, probed beside the `--connection`s. Compares trained models, each on its own
+    /// weights.
+    #[arg(long = "run")]
+    pub runs: Vec<PathBuf>,
     /// A clean text (repeat; each pairs with the `--perturbed` at the same position).
     #[arg(long)]
     pub text: Vec<String>,
@@ -103,11 +108,24 @@ pub struct ProbeReport {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConnectionDrift {
     pub connection: String,
+    /// The run (`--run`) whose weights were probed; `None`: the `--model` weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
     pub cls_cosine_distance: Vec<f64>,
     pub mean_relative_l2: Vec<f64>,
     /// `max over pairs of ||cls_f32 - cls_f64|| / ||cls_f64||` of the final clean state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub f32_vs_f64: Option<f64>,
+}
+
+impl ConnectionDrift {
+    /// The connection, and the run when the weights are a run's.
+    pub fn label(&self) -> String {
+        match &self.run {
+            Some(run) => format!("{} ({run})", self.connection),
+            None => self.connection.clone(),
+        }
+    }
 }
 
 /// The connections compared when none is given: BERT, EX, IM as the paper writes it, IM with a
@@ -130,12 +148,37 @@ pub fn default_connections() -> Vec<String> {
     specs
 }
 
-pub fn run(args: ProbeArgs) -> Result<()> {
-    let specs = if args.connections.is_empty() { default_connections() } else { args.connections.clone() };
-    let specs: Vec<ConnectionSpec> = specs
+/// One probed model: its weights and the connection it runs with.
+struct Subject {
+    model: PathBuf,
+    spec: ConnectionSpec,
+    /// The run's name, for `--run` subjects.
+    run: Option<String>,
+}
+
+/// The `--connection`s on `--model` (or the default list when neither they nor `--run` are
+/// given), then each `--run`'s best model with its own connection.
+fn subjects(args: &ProbeArgs) -> Result<Vec<Subject>> {
+    let specs = if args.connections.is_empty() && args.runs.is_empty() { default_connections() } else { args.connections.clone() };
+    let mut subjects = specs
         .iter()
-        .map(|s| ConnectionSpec::parse(s).with_context(|| format!("--connection {s}")))
-        .collect::<Result<_>>()?;
+        .map(|s| {
+            let spec = ConnectionSpec::parse(s).with_context(|| format!("--connection {s}"))?;
+            Ok(Subject { model: args.model.clone(), spec, run: None })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for dir in &args.runs {
+        let config: crate::run::RunConfig =
+            crate::run::read_json(&dir.join("config.json")).with_context(|| format!("--run {}: not a run directory", dir.display()))?;
+        let spec = ConnectionSpec::parse(&config.connection).with_context(|| format!("the connection of {}", dir.display()))?;
+        let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
+        subjects.push(Subject { model: dir.join("best"), spec, run: Some(name) });
+    }
+    Ok(subjects)
+}
+
+pub fn run(args: ProbeArgs) -> Result<()> {
+    let subjects = subjects(&args)?;
     if args.batch_size == 0 {
         bail!("--batch-size must be positive");
     }
@@ -143,33 +186,31 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     if pairs.is_empty() {
         bail!("no pairs to probe ({source})");
     }
-    let tokenizer = BertTokenizer::from_dir(&args.model).with_context(|| format!("loading the tokenizer of {}", args.model.display()))?;
 
     if let Some(path) = &args.f64_states {
         // The child: the same computation in f64, final [CLS] states only.
         type B64 = burn::backend::NdArray<f64>;
-        let states: Vec<Vec<f64>> = specs
-            .iter()
-            .map(|spec| Ok(measure::<B64>(&args, &tokenizer, spec, &pairs)?.final_cls))
-            .collect::<Result<_>>()?;
+        let states: Vec<Vec<f64>> =
+            subjects.iter().map(|s| Ok(measure::<B64>(&args, s, &pairs)?.final_cls)).collect::<Result<_>>()?;
         return shared::checkpoint::write_atomic(path, serde_json::to_string(&states)?.as_bytes()).map_err(Into::into);
     }
 
     type B = crate::backend::Cpu;
     let mut connections = Vec::new();
     let mut finals = Vec::new();
-    for spec in &specs {
-        let m = measure::<B>(&args, &tokenizer, spec, &pairs)?;
+    for subject in &subjects {
+        let m = measure::<B>(&args, subject, &pairs)?;
         finals.push(m.final_cls);
         connections.push(ConnectionDrift {
-            connection: spec.to_spec_string(),
+            connection: subject.spec.to_spec_string(),
+            run: subject.run.clone(),
             cls_cosine_distance: m.cls_cosine_distance,
             mean_relative_l2: m.mean_relative_l2,
             f32_vs_f64: None,
         });
     }
     if !args.no_f64 {
-        let f64_finals = f64_final_states(&args, &specs)?;
+        let f64_finals = f64_final_states(&args)?;
         for ((c, f32s), f64s) in connections.iter_mut().zip(&finals).zip(&f64_finals) {
             let width = f32s.len() / pairs.len(); // hidden size
             c.f32_vs_f64 = Some(max_relative_difference(f32s, f64s, width));
@@ -290,10 +331,12 @@ fn relative_l2(clean: &[f64], perturbed: &[f64]) -> f64 {
     norm(&diff) / norm(clean).max(1e-30)
 }
 
-fn measure<B: Backend>(args: &ProbeArgs, tokenizer: &BertTokenizer, spec: &ConnectionSpec, pairs: &[(String, String)]) -> Result<Measured> {
+fn measure<B: Backend>(args: &ProbeArgs, subject: &Subject, pairs: &[(String, String)]) -> Result<Measured> {
     let device = Default::default();
-    let (model, _) = load_classifier::<B>(&args.model, None, &device).with_context(|| format!("loading {}", args.model.display()))?;
-    let model = model.with_connections(spec)?;
+    let dir = &subject.model;
+    let tokenizer = &BertTokenizer::from_dir(dir).with_context(|| format!("loading the tokenizer of {}", dir.display()))?;
+    let (model, _) = load_classifier::<B>(dir, None, &device).with_context(|| format!("loading {}", dir.display()))?;
+    let model = model.with_connections(&subject.spec)?;
     tokenizer.check_compatible(&model.config)?;
     let max_len = model.max_len(args.max_len);
     let layers = model.config.num_hidden_layers + 1;
@@ -321,15 +364,19 @@ fn measure<B: Backend>(args: &ProbeArgs, tokenizer: &BertTokenizer, spec: &Conne
 }
 
 /// Runs this command again in f64 (`--f64-states`) and reads the final [CLS] states back.
-fn f64_final_states(args: &ProbeArgs, specs: &[ConnectionSpec]) -> Result<Vec<Vec<f64>>> {
+fn f64_final_states(args: &ProbeArgs) -> Result<Vec<Vec<f64>>> {
     let exe = std::env::current_exe().context("finding the trainer executable")?;
     let tmp = std::env::temp_dir().join(format!("imbert-probe-f64-{}.json", std::process::id()));
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("probe").arg("--model").arg(&args.model).arg("--task").arg(&args.task);
     cmd.arg("--batch-size").arg(args.batch_size.to_string()).arg("--max-len").arg(args.max_len.to_string());
     cmd.arg("--seed").arg(args.seed.to_string()).arg("--f64-states").arg(&tmp);
-    for spec in specs {
-        cmd.arg("--connection").arg(spec.to_spec_string());
+    // The same subjects in the same order: `subjects` reads these flags as the parent did.
+    for spec in &args.connections {
+        cmd.arg("--connection").arg(spec);
+    }
+    for dir in &args.runs {
+        cmd.arg("--run").arg(dir);
     }
     for (t, p) in args.text.iter().zip(&args.perturbed) {
         cmd.arg("--text").arg(t).arg("--perturbed").arg(p);
@@ -364,7 +411,7 @@ fn layer_name(l: usize) -> String {
 /// The report as markdown: one table per measure, layers down, connections across.
 pub fn markdown(r: &ProbeReport) -> String {
     let mut md = format!("# Stability probe\n\n{} pairs: {}. Model: {}.\n\n", r.pairs, r.source, r.model);
-    let header: Vec<String> = r.connections.iter().map(|c| format!("`{}`", c.connection)).collect();
+    let header: Vec<String> = r.connections.iter().map(|c| format!("`{}`", c.label())).collect();
     let table = |md: &mut String, title: &str, pick: &dyn Fn(&ConnectionDrift) -> &Vec<f64>| {
         md.push_str(&format!("## {title}\n\n| layer | {} |\n|---|{}\n", header.join(" | "), "---|".repeat(header.len())));
         let layers = r.connections.first().map_or(0, |c| pick(c).len());
@@ -379,7 +426,7 @@ pub fn markdown(r: &ProbeReport) -> String {
     if r.connections.iter().any(|c| c.f32_vs_f64.is_some()) {
         md.push_str("## f32 against f64, final clean [CLS] state\n\nmax over pairs of `||h_f32 - h_f64|| / ||h_f64||`\n\n");
         for c in &r.connections {
-            md.push_str(&format!("- `{}`: {}\n", c.connection, c.f32_vs_f64.map_or("-".into(), |x| format!("{x:.2e}"))));
+            md.push_str(&format!("- `{}`: {}\n", c.label(), c.f32_vs_f64.map_or("-".into(), |x| format!("{x:.2e}"))));
         }
         md.push('\n');
     }
@@ -393,7 +440,7 @@ fn chart(r: &ProbeReport, title: &str, y_label: &str, pick: fn(&ConnectionDrift)
         .iter()
         .enumerate()
         .map(|(i, c)| LineSeriesData {
-            label: c.connection.clone(),
+            label: c.label(),
             color: i,
             clean: false,
             points: pick(c).iter().enumerate().map(|(l, &v)| (l as f64, 100.0 * v, None)).collect(),

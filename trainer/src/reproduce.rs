@@ -235,7 +235,8 @@ fn run_cell<B: Backend>(args: &ReproduceArgs, cell: &Cell, dir: &Path, data_dir:
             inner: FinetuneArgs,
         }
         let mut config = Wrapper::try_parse_from(&flags)?.inner.to_config()?;
-        config.command = format!("trainer reproduce --preset {:?} (cell {})", args.preset, cell.dir_name());
+        let preset = args.preset.to_possible_value().map_or_else(|| format!("{:?}", args.preset), |v| v.get_name().to_string());
+        config.command = format!("trainer reproduce --preset {preset} (cell {})", cell.dir_name());
         config
     };
     let options = RunOptions { save_final: false, checkpoint_every: 50, resume };
