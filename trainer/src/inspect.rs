@@ -102,6 +102,9 @@ pub struct Report {
     pub connection: String,
     pub labels: Vec<String>,
     pub items: Vec<ItemReport>,
+    /// The paper's fixed step, every iteration: the steps taken are gamma and not worth printing.
+    #[serde(skip)]
+    pub fixed_steps: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -126,6 +129,9 @@ pub struct LayerResiduals {
     pub squared_norms: Vec<f32>,
     /// 1-based iterations after which `||r||^2` rose: gamma overshoots on this layer.
     pub rises_after_iteration: Vec<usize>,
+    /// The step taken at each iteration run (`step=backtrack` halves gamma, 0: the example
+    /// stayed where it was; with `tol`, 0 once the example has stopped).
+    pub step_sizes: Vec<f32>,
 }
 
 pub fn run(args: InspectArgs) -> Result<()> {
@@ -235,6 +241,9 @@ fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::De
     let labels = model.config.label_names(model.num_labels());
     let residuals: Vec<(usize, Vec<Vec<f32>>)> =
         out.im_residuals.iter().map(|(layer, rs)| (*layer, rs.iter().cloned().map(to_vec).collect())).collect();
+    // Per IM layer, per iteration run: the step each example took, `[iteration][example]`.
+    let steps: Vec<Vec<Vec<f32>>> =
+        out.im_solves.iter().map(|s| s.step_sizes.iter().cloned().map(to_vec).collect()).collect();
 
     let n = model.num_labels();
     let items = (0..batch.batch)
@@ -256,16 +265,22 @@ fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::De
                 cls_head: cls[i * hidden..i * hidden + hidden.min(8)].to_vec(),
                 im_residuals: residuals
                     .iter()
-                    .map(|(layer, rs)| {
+                    .zip(&steps)
+                    .map(|((layer, rs), steps)| {
                         let squared_norms: Vec<f32> = rs.iter().map(|r| r[i]).collect();
                         let rises_after_iteration = shared::residual_rises(&squared_norms);
-                        LayerResiduals { layer: *layer, squared_norms, rises_after_iteration }
+                        let step_sizes = steps.iter().map(|s| s[i]).collect();
+                        LayerResiduals { layer: *layer, squared_norms, rises_after_iteration, step_sizes }
                     })
                     .collect(),
             }
         })
         .collect();
-    let report = Report { model: args.model.clone(), connection: spec.to_spec_string(), labels, items };
+    let fixed_steps = match spec.connection {
+        shared::Connection::Implicit(im) => im.step_rule == shared::StepRule::Fixed && im.tolerance.is_none(),
+        _ => true,
+    };
+    let report = Report { model: args.model.clone(), connection: spec.to_spec_string(), labels, items, fixed_steps };
 
     if let Some(path) = &args.dump {
         dump(path, &out, &batch, &residuals).with_context(|| format!("writing {}", path.display()))?;
@@ -332,6 +347,10 @@ fn print_text(report: &Report) {
         for r in &item.im_residuals {
             let v: Vec<String> = r.squared_norms.iter().map(|x| format!("{x:.4e}")).collect();
             println!("  IM layer {} ||r||^2 per iteration: {}", r.layer, v.join(" -> "));
+            if !report.fixed_steps {
+                let steps: Vec<String> = r.step_sizes.iter().map(|x| format!("{x}")).collect();
+                println!("    steps taken: {}", steps.join(", "));
+            }
             if !r.rises_after_iteration.is_empty() {
                 let at: Vec<String> = r.rises_after_iteration.iter().map(usize::to_string).collect();
                 let s = if at.len() > 1 { "s" } else { "" };
