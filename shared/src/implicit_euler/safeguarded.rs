@@ -6,7 +6,7 @@
 //! as a constant 0/1 mask, so the training gradient is that of the path actually taken.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{ElementConversion, Tensor};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 
 use super::{squared_norm, ImplicitEuler, ImplicitStep, StepRule, MAX_HALVINGS};
 use crate::kernels::{add_residual, masked_residual};
@@ -38,16 +38,53 @@ impl<B: Backend> Problem<'_, B> {
     }
 }
 
+/// A few examples of a `Problem`, off the graph: where backtracking searches for a step.
+struct Rows<'a, B: Backend> {
+    phi: &'a BertLayer<B>,
+    h_prev: Tensor<B, 3>,   // [rows, seq, hidden]
+    ctx: LayerContext<B>,
+    token_mask: Tensor<B, 3>, // [rows, seq, 1]
+}
+
+impl<'a, B: Backend> Rows<'a, B> {
+    fn of(problem: &Problem<'a, B>, rows: &[usize]) -> Self {
+        let ctx = LayerContext { attention_bias: select_rows(problem.ctx.attention_bias.clone(), rows), ..problem.ctx.clone() };
+        Rows {
+            phi: problem.phi,
+            h_prev: select_rows(problem.h_prev.clone().detach(), rows),
+            ctx,
+            token_mask: select_rows(problem.token_mask.clone(), rows),
+        }
+    }
+
+    /// `||z - h - phi(z)||^2` per row, on the host.
+    fn squared_norms(&self, z: Tensor<B, 3>) -> Vec<f64> {
+        let phi_z = self.phi.forward(z.clone(), &self.ctx);
+        host(&squared_norm(&masked_residual(&z, &self.h_prev, phi_z, &self.token_mask)))
+    }
+}
+
+/// `[batch, ...]` -> `[rows.len(), ...]`.
+fn select_rows<B: Backend, const D: usize>(t: Tensor<B, D>, rows: &[usize]) -> Tensor<B, D> {
+    let device = t.device();
+    let indices: Vec<i64> = rows.iter().map(|&i| i as i64).collect();
+    let indices = TensorData::new(indices, [rows.len()]).convert::<B::IntElem>();
+    t.select(0, Tensor::<B, 1, Int>::from_data(indices, &device))
+}
+
+fn host<B: Backend>(v: &Tensor<B, 1>) -> Vec<f64> {
+    v.clone().into_data().convert::<f64>().into_vec().expect("a float tensor converts to f64")
+}
+
+fn from_host<B: Backend>(v: Vec<f64>, device: &B::Device) -> Tensor<B, 1> {
+    let n = v.len();
+    Tensor::from_data(TensorData::new(v, [n]).convert::<B::FloatElem>(), device)
+}
+
 /// `[batch]` -> `[batch, 1, 1]`, to scale each example's `[seq, hidden]` block.
 fn per_example<B: Backend>(v: Tensor<B, 1>) -> Tensor<B, 3> {
     let batch = v.dims()[0];
     v.reshape([batch, 1, 1])
-}
-
-/// `mask ? a : b` per example, `mask` a `[batch]` tensor of 0 and 1.
-fn choose<B: Backend>(mask: &Tensor<B, 1>, a: Tensor<B, 3>, b: Tensor<B, 3>) -> Tensor<B, 3> {
-    let m = per_example(mask.clone());
-    a * m.clone() + b * m.neg().add_scalar(1.0)
 }
 
 fn count<B: Backend>(mask: &Tensor<B, 1>) -> f64 {
@@ -115,6 +152,10 @@ impl ImplicitEuler {
 /// One backtracking iteration from `state` along `-direction`: per example, the step starts at
 /// `gamma` and halves until `||r||^2` does not rise; an example with no such step within
 /// `MAX_HALVINGS` halvings stays where it is. Returns the new point and the steps taken.
+///
+/// Only the path taken enters the training graph. The full step is tried in the graph (usually
+/// every example takes it, and then that trial is the next point); the halvings are searched
+/// off the graph, on the overshooting examples' rows alone; the steps found enter as constants.
 fn backtrack<B: Backend>(
     problem: &Problem<'_, B>,
     state: &Iterate<B>,
@@ -122,26 +163,89 @@ fn backtrack<B: Backend>(
     gamma: Tensor<B, 1>,
     active: &Tensor<B, 1>,
 ) -> (Iterate<B>, Tensor<B, 1>) {
-    let old_norm = state.norm.clone().detach();
-    let mut pending = active.clone();
-    let mut step = gamma;
-    let mut z_new = state.z.clone();
-    let mut taken = step.zeros_like();
-    for halving in 0..=MAX_HALVINGS {
-        let trial = problem.at(state.z.clone() - direction.clone() * per_example(step.clone().mul_scalar(2.0)));
-        let accepted = trial.norm.clone().detach().lower_equal(old_norm.clone()).float() * pending.clone();
-        if halving == 0 && count(&accepted) == count(&pending) {
-            // Every example took the full step: the trial is the next point, cache included.
-            return (trial, step);
+    let device = state.z.device();
+    let old_norm = host(&state.norm);
+    let active = host(active);
+    let full = problem.at(state.z.clone() - direction.clone() * per_example(gamma.clone().mul_scalar(2.0)));
+    let full_norm = host(&full.norm);
+    let overshoots = |i: usize| active[i] != 0.0 && full_norm[i] > old_norm[i];
+    let mut pending: Vec<usize> = (0..old_norm.len()).filter(|&i| overshoots(i)).collect();
+    if pending.is_empty() {
+        return (full, gamma);
+    }
+    let gamma = host(&gamma);
+    let mut taken: Vec<f64> = (0..gamma.len()).map(|i| if overshoots(i) { 0.0 } else { gamma[i] }).collect();
+    let (z, direction_value) = (state.z.clone().detach(), direction.clone().detach());
+    let mut fraction = 1.0;
+    for _ in 0..MAX_HALVINGS {
+        fraction *= 0.5;
+        let rows = Rows::of(problem, &pending);
+        let steps: Vec<f64> = pending.iter().map(|&i| 2.0 * fraction * gamma[i]).collect();
+        let trial = select_rows(z.clone(), &pending)
+            - select_rows(direction_value.clone(), &pending) * per_example(from_host(steps, &device));
+        let norms = rows.squared_norms(trial);
+        for (&i, norm) in pending.iter().zip(&norms) {
+            if *norm <= old_norm[i] {
+                taken[i] = fraction * gamma[i];
+            }
         }
-        z_new = choose(&accepted, trial.z, z_new);
-        taken = taken + accepted.clone() * step.clone();
-        pending = pending - accepted;
-        if count(&pending) == 0.0 {
+        pending.retain(|&i| taken[i] == 0.0);
+        if pending.is_empty() {
             break;
         }
-        step = step.mul_scalar(0.5);
     }
-    // The accepted steps differ per example: evaluate the layer once more where they landed.
-    (problem.at(z_new), taken)
+    // The path taken, steps held constant; the layer is evaluated once more where it landed.
+    let taken = from_host::<B>(taken, &device);
+    let z = state.z.clone() - direction * per_example(taken.clone().mul_scalar(2.0));
+    (problem.at(z), taken)
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, NdArray};
+    use burn::tensor::{Distribution, Tensor, TensorData};
+
+    use crate::implicit_euler::{ConnectionSpec, Connection};
+    use crate::layer::{BertLayer, LayerContext, MASKED_SCORE};
+    use crate::BertConfig;
+
+    type B = Autodiff<NdArray<f64>>;
+
+    /// The training gradient of a backtracked solve is the derivative of the path it took: with
+    /// `grad=exact` it matches central differences of the solve's output, halvings included.
+    #[test]
+    fn backtracked_gradient_is_the_derivative_of_the_path_taken() {
+        let device = Default::default();
+        let config = BertConfig { hidden_size: 12, num_attention_heads: 3, intermediate_size: 20, ..BertConfig::tiny() };
+        let phi = BertLayer::<B>::new(&config, &device);
+        let lengths = [5usize, 3, 4];
+        let bias: Vec<f64> = lengths.iter().flat_map(|&n| (0..5).map(move |j| if j < n { 0.0 } else { MASKED_SCORE as f64 })).collect();
+        let mask: Vec<f64> = lengths.iter().flat_map(|&n| (0..5).map(move |j| if j < n { 1.0 } else { 0.0 })).collect();
+        let ctx = LayerContext {
+            attention_bias: Tensor::from_data(TensorData::new(bias, [3, 1, 1, 5]), &device),
+            hidden_dropout: 0.0,
+            attention_dropout: 0.0,
+        };
+        let token_mask = Tensor::<B, 3>::from_data(TensorData::new(mask, [3, 5, 1]), &device);
+        let Connection::Implicit(im) = ConnectionSpec::parse("im:T=3,gamma=4,grad=exact,step=backtrack").unwrap().connection else {
+            unreachable!()
+        };
+        let h = Tensor::<B, 3>::random([3, 5, 12], Distribution::Normal(0.0, 1.0), &device);
+        let weights = Tensor::<B, 3>::random([3, 5, 12], Distribution::Normal(0.0, 1.0), &device) * token_mask.clone();
+        let direction = Tensor::<B, 3>::random([3, 5, 12], Distribution::Normal(0.0, 1.0), &device) * token_mask.clone();
+        let loss = |h: Tensor<B, 3>| (im.step(&phi, h, &ctx, &token_mask, false).hidden_states * weights.clone()).sum();
+
+        let solve = im.step(&phi, h.clone(), &ctx, &token_mask, true);
+        let steps: Vec<f64> = solve.step_sizes.iter().flat_map(|s| s.clone().into_data().into_vec::<f64>().unwrap()).collect();
+        assert!(steps.iter().any(|&s| s < 4.0), "gamma 4 should need a halving somewhere: {steps:?}");
+
+        let h_tracked = h.clone().require_grad();
+        let grads = loss(h_tracked.clone()).backward();
+        let analytic: f64 = (h_tracked.grad(&grads).unwrap() * direction.clone().inner()).sum().into_scalar();
+        let eps = 1e-6;
+        let at = |sign: f64| -> f64 { loss(h.clone() + direction.clone().mul_scalar(sign * eps)).into_scalar() };
+        let numeric = (at(1.0) - at(-1.0)) / (2.0 * eps);
+        let rel = (analytic - numeric).abs() / numeric.abs().max(1e-12);
+        assert!(rel < 1e-5, "autodiff {analytic} vs central differences {numeric} (relative {rel:.1e})");
+    }
 }
