@@ -23,7 +23,10 @@ use shared::{BertTokenizer, ConnectionSpec, ForwardOptions};
 const FILE: &str = "web_reference.json";
 /// The tiny model's position embeddings cover 32 tokens.
 const MAX_LEN: usize = 32;
-const CONNECTIONS: [&str; 3] = ["bert", "ex", "im:T=5,gamma=0.1"];
+/// The paper's fixed step, the recommended configuration (on WebGPU its backtracking decides on
+/// the device: the browser cannot read back mid-forward) and a step that backtracking must halve.
+const CONNECTIONS: [&str; 5] =
+    ["bert", "ex", "im:T=5,gamma=0.1", shared::RECOMMENDED_IM, "im:T=4,gamma=4,grad=detached,step=backtrack,tol=0.2"];
 /// Native-vs-committed tolerance on logits and residuals (the browser allows 1e-3).
 const TOLERANCE: f64 = 1e-5;
 

@@ -161,6 +161,15 @@ pub struct ImplicitStep<B: Backend> {
     pub iterations: usize,
 }
 
+/// What a solve records, and where it decides.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SolveOptions {
+    /// Record `||r||^2` per iteration and the steps taken (`ImplicitStep`).
+    pub record: bool,
+    /// Decide on the device, never reading back mid-solve (`ForwardOptions::decide_on_device`).
+    pub decide_on_device: bool,
+}
+
 impl ImplicitEuler {
     /// Algorithm 1. `token_mask` is `[batch, seq, 1]`, 1 for real tokens and 0 for padding: the
     /// residual is summed over real tokens only, so padding never changes a sentence's result.
@@ -170,11 +179,12 @@ impl ImplicitEuler {
         h_prev: Tensor<B, 3>,
         ctx: &LayerContext<B>,
         token_mask: &Tensor<B, 3>,
-        record_residuals: bool,
+        options: SolveOptions,
     ) -> ImplicitStep<B> {
         if self.step_rule != StepRule::Fixed || self.tolerance.is_some() {
-            return self.safeguarded_step(phi, h_prev, ctx, token_mask, record_residuals);
+            return self.safeguarded_step(phi, h_prev, ctx, token_mask, options);
         }
+        let record_residuals = options.record;
         // (z - h_{t-1} - phi_z) * mask, one pass on the CPU.
         let residual = |z: &Tensor<B, 3>, phi_z: Tensor<B, 3>| masked_residual(z, &h_prev, phi_z, token_mask);
         let mut residuals = Vec::new();
@@ -538,6 +548,24 @@ mod model_tests {
         let diff = hidden(&small).iter().zip(hidden(&fixed)).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
         assert!(diff < 1e-12, "backtracking at a small step differs from the fixed rule by {diff}");
         assert!(small.im_solves.iter().all(|s| s.step_sizes.iter().flat_map(per_example).all(|g| g == 0.01)));
+
+        // Decided on the device (WebGPU in the browser): the same solve, to the last bit.
+        let spec = "im:T=6,gamma=5,step=backtrack,tol=0.3";
+        let m = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
+        let on = |decide_on_device| {
+            let options = ForwardOptions { im_residuals: true, hidden_states: true, decide_on_device, ..Default::default() };
+            m.forward(&x, options)
+        };
+        let (on_host, on_device) = (on(false), on(true));
+        assert_eq!(hidden(&on_host), hidden(&on_device));
+        let steps = |o: &crate::model::ClassifierOutput<B>| -> Vec<Vec<f64>> {
+            o.im_solves.iter().map(|s| s.step_sizes.iter().flat_map(per_example).collect()).collect()
+        };
+        for (host, device) in steps(&on_host).iter().zip(steps(&on_device)) {
+            // The device cannot stop the loop early; it runs on with zero steps.
+            assert_eq!(host[..], device[..host.len()]);
+            assert!(device[host.len()..].iter().all(|&s| s == 0.0));
+        }
     }
 
     /// A tolerance stops each example once its residual has fallen far enough, and the loop

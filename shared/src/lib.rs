@@ -37,6 +37,6 @@ pub mod tokenizer;
 
 pub use config::BertConfig;
 pub use error::Error;
-pub use implicit_euler::{residual_rises, Connection, ConnectionSpec, ImplicitEuler, InnerGradient, StepRule, RECOMMENDED_IM};
+pub use implicit_euler::{residual_rises, Connection, ConnectionSpec, ImplicitEuler, InnerGradient, SolveOptions, StepRule, RECOMMENDED_IM};
 pub use model::{BertClassifier, BertInput, ClassifierOutput, ForwardOptions};
 pub use tokenizer::{BertTokenizer, EncodedBatch};

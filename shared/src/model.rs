@@ -11,7 +11,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
 
 use crate::config::BertConfig;
-use crate::implicit_euler::{Connection, ConnectionSpec};
+use crate::implicit_euler::{Connection, ConnectionSpec, SolveOptions};
 use crate::kernels::add_residual;
 use crate::layer::{layer_norm_forward, BertLayer, LayerContext, MASKED_SCORE};
 use crate::Error;
@@ -34,6 +34,10 @@ pub struct ForwardOptions {
     pub im_residuals: bool,
     /// Return the encoder output without running the pooler and classifier.
     pub skip_head: bool,
+    /// Make the safeguarded IM solve's decisions (accept a step, stop an example) on the device,
+    /// never reading back mid-forward. Needed on WebGPU in the browser, which cannot read back
+    /// without yielding; elsewhere slower (every halving is tried), with the same result.
+    pub decide_on_device: bool,
 }
 
 /// The result of a forward pass.
@@ -208,7 +212,8 @@ impl<B: Backend> BertClassifier<B> {
                 Connection::Monotone => phi.forward(h, &ctx),
                 Connection::Explicit => add_residual(phi.forward(h.clone(), &ctx), None, h),
                 Connection::Implicit(im) => {
-                    let step = im.step(phi, h, &ctx, &token_mask, options.im_residuals);
+                    let solve = SolveOptions { record: options.im_residuals, decide_on_device: options.decide_on_device };
+                    let step = im.step(phi, h, &ctx, &token_mask, solve);
                     if options.im_residuals {
                         im_residuals.push((t, step.residuals));
                         im_solves.push(SolveTrace { layer: t, iterations: step.iterations, step_sizes: step.step_sizes });

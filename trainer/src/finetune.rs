@@ -722,7 +722,7 @@ fn check_im_residuals<B: Backend>(
 /// Finds where a non-finite loss came from: the first layer whose output or IM residual is not
 /// finite.
 fn diagnose_non_finite<B: Backend>(model: &BertClassifier<B>, input: &shared::BertInput<B>, step: usize) -> String {
-    let out = model.forward(input, ForwardOptions { hidden_states: true, im_residuals: true, skip_head: false });
+    let out = model.forward(input, ForwardOptions { hidden_states: true, im_residuals: true, ..Default::default() });
     let finite = |v: Vec<f32>| v.iter().all(|x| x.is_finite());
     let host = |t: Tensor<B, 1>| t.into_data().convert::<f32>().into_vec::<f32>().unwrap_or_default();
     for (layer, residuals) in &out.im_residuals {

@@ -221,7 +221,7 @@ fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::De
         .collect();
     let batch = tokenizer.encode(&items, model.max_len(args.max_len))?;
     let input = batch.to_input::<B>(device);
-    let options = ForwardOptions { hidden_states: true, im_residuals: true, skip_head: false };
+    let options = ForwardOptions { hidden_states: true, im_residuals: true, ..Default::default() };
     let out = model.forward(&input, options);
 
     let mask = input.attention_mask.clone().float().unsqueeze_dim::<3>(2); // [b, s, 1]

@@ -68,6 +68,7 @@ impl Analysis {
 }
 
 /// Runs `model` (connections already set) on `clean` and `perturbed` in one batch.
+/// `on_webgpu`: the IM solve must not read back mid-forward (`ForwardOptions::decide_on_device`).
 pub async fn analyse<B: Backend>(
     model: &BertClassifier<B>,
     tokenizer: &BertTokenizer,
@@ -75,12 +76,13 @@ pub async fn analyse<B: Backend>(
     perturbed: &Input,
     max_len: usize,
     device: &B::Device,
+    on_webgpu: bool,
 ) -> Result<Analysis, String> {
     let items = [(clean.text_a.as_str(), clean.text_b.as_deref()), (perturbed.text_a.as_str(), perturbed.text_b.as_deref())];
     let max_len = model.max_len(max_len);
     let batch = tokenizer.encode(&items, max_len).map_err(|e| e.to_string())?;
     let input = batch.to_input::<B>(device);
-    let options = ForwardOptions { hidden_states: true, im_residuals: true, skip_head: false };
+    let options = ForwardOptions { hidden_states: true, im_residuals: true, skip_head: false, decide_on_device: on_webgpu };
     let out = model.forward(&input, options);
     let logits = out.logits.ok_or("this model has no classifier head")?;
 

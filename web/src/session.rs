@@ -127,11 +127,11 @@ pub async fn analyse(
         AnyModel::Gpu(m) => {
             let device = m.bert.embeddings.word_embeddings.weight.device();
             let m = m.clone().with_connections(spec).map_err(|e| e.to_string())?;
-            engine::analyse(&m, tokenizer, clean, perturbed, MAX_TOKENS, &device).await?
+            engine::analyse(&m, tokenizer, clean, perturbed, MAX_TOKENS, &device, true).await?
         }
         AnyModel::Cpu(m) => {
             let m = m.clone().with_connections(spec).map_err(|e| e.to_string())?;
-            engine::analyse(&m, tokenizer, clean, perturbed, MAX_TOKENS, &Default::default()).await?
+            engine::analyse(&m, tokenizer, clean, perturbed, MAX_TOKENS, &Default::default(), false).await?
         }
     };
     let analysis = Rc::new(analysis);

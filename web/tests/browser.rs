@@ -131,7 +131,9 @@ async fn check_model<B: Backend>(device: &B::Device, backend: &str) -> f32 {
         for batch in entry["batches"].as_array().unwrap() {
             let items: Vec<(String, Option<String>)> = batch["items"].as_array().unwrap().iter().map(text_pair).collect();
             let enc = encode(&tok, &items, max_len);
-            let out = model.forward(&enc.to_input::<B>(device), ForwardOptions { im_residuals: true, ..Default::default() });
+            // WebGPU cannot read back mid-forward: backtracking decides on the device there.
+            let options = ForwardOptions { im_residuals: true, decide_on_device: backend == "webgpu", ..Default::default() };
+            let out = model.forward(&enc.to_input::<B>(device), options);
             let what = format!("{backend} {spec} {items:?}");
             let logits = read(out.logits.unwrap()).await;
             let expected = f32s(&batch["logits"]);
