@@ -443,8 +443,10 @@ pub fn App() -> impl IntoView {
             <p class="lede">
                 "BERT stacks layers as h" <sub>"t"</sub> " = φ" <sub>"t"</sub> "(h" <sub>"t-1"</sub>
                 "). IM-BERT solves the implicit Euler step h" <sub>"t"</sub> " = h" <sub>"t-1"</sub>
-                " + φ" <sub>"t"</sub> "(h" <sub>"t"</sub> ") with T gradient steps, which damps how far a small change "
-                "in the input can push the hidden states. Perturb a sentence and watch both models."
+                " + φ" <sub>"t"</sub> "(h" <sub>"t"</sub> ") with T gradient steps; the paper says this damps how far a small change in the "
+                "input can push the hidden states. EX-BERT, h" <sub>"t"</sub> " = h" <sub>"t-1"</sub> " + φ"
+                <sub>"t"</sub> "(h" <sub>"t-1"</sub> "), has the skip connection without the solve. "
+                "Perturb a sentence and see which models hold their verdict."
             </p>
             <div class="status-line">
                 <span id="runtime" data-runtime=move || runtime_id.get()>"backend: " {move || runtime_label.get()}</span>
