@@ -854,32 +854,7 @@ fn is_advglue_document(path: &Path, bytes: &[u8]) -> Result<bool, DataError> {
 // Seeded splits
 // ---------------------------------------------------------------------------------------------
 
-/// SplitMix64 (Steele, Lea & Flood 2014): a tiny PRNG with a fixed output sequence on every
-/// platform, wasm included, so splits are reproducible everywhere without a dependency.
-#[derive(Debug, Clone)]
-pub struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        Self { state: seed }
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (0 when `n` is 0), by multiply-shift: no division, and a bias of at
-    /// most `n / 2^64`.
-    pub fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
-    }
-}
+pub use crate::rng::SplitMix64;
 
 /// Fisher-Yates shuffle driven by [`SplitMix64`] seeded with `seed`.
 pub fn shuffle<T>(items: &mut [T], seed: u64) {

@@ -33,6 +33,7 @@ pub mod model;
 pub mod neighbours;
 pub mod perturb;
 pub mod quantize;
+pub mod rng;
 pub mod tokenizer;
 
 pub use config::BertConfig;

@@ -61,7 +61,7 @@ fn keep_mask(seed: u64, n: usize, p: f64) -> Vec<f32> {
     let mut mask = vec![0.0f32; n];
     let fill = |(index, chunk): (usize, &mut [f32])| {
         for (i, v) in chunk.iter_mut().enumerate() {
-            let bits = splitmix64(seed.wrapping_add(((index * block + i) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+            let bits = crate::rng::nth(seed, (index * block + i) as u64);
             *v = if bits >> 32 < threshold { scale } else { 0.0 };
         }
     };
@@ -73,13 +73,6 @@ fn keep_mask(seed: u64, n: usize, p: f64) -> Vec<f32> {
     #[cfg(target_arch = "wasm32")]
     mask.chunks_mut(block).enumerate().for_each(fill);
     mask
-}
-
-/// SplitMix64's output function (Steele, Lea & Flood 2014): a well-mixed 64-bit hash of `z`.
-fn splitmix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// `Phi(x) = (1 + erf(x / sqrt 2)) / 2`, the standard normal CDF (exact GELU is `x Phi(x)`).
