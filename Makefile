@@ -31,7 +31,7 @@ PIP     := $(PY) -m pip install --disable-pip-version-check --no-cache-dir -q
 # Where `cargo install` puts the web tools (below), for shells that do not have it on PATH yet.
 export PATH := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin:$(PATH)
 
-.PHONY: run test model venv rust-test wasm-check python-check references bench
+.PHONY: run test lint model venv rust-test wasm-check python-check references bench
 
 ## The main job: the stability probe on the default model (MiniLM-L6, no classifier needed):
 ## per layer, how far clean and perturbed inputs drift apart under BERT, EX, IM as the paper
@@ -45,8 +45,16 @@ PROBE_PAIRS := $(if $(wildcard $(or $(IMBERT_DATA),../shared/data)/advglue/dev*.
 run: model
 	$(CARGO) run --release -p trainer -- probe --model $(MODEL) $(PROBE_PAIRS) --out report/probe
 
-## Every test: Rust unit and integration tests, then the transformers-side checks.
+## Every test: Rust unit and integration tests, then the browser and
+## transformers-side checks.
 test: model venv rust-test browser-test e2e python-check
+
+## rustfmt (rustfmt.toml: 100 columns) and clippy with warnings as errors, native and wasm.
+lint: web-tools
+	rustup component list --installed | grep -q '^clippy' || rustup component add rustfmt clippy
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p web --target wasm32-unknown-unknown -- -D warnings
 
 rust-test: model
 	$(CARGO) test --workspace --no-fail-fast

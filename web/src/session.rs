@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use shared::bundle::{ModelCard, WebBundle};
 use shared::neighbours::WordNeighbours;
@@ -39,7 +40,7 @@ pub struct Session {
     base: String,
     loaded: HashMap<usize, Rc<LoadedModel>>,
     neighbours: HashMap<String, Rc<WordNeighbours>>,
-    cache: HashMap<String, Rc<Analysis>>,
+    cache: HashMap<String, Arc<Analysis>>,
 }
 
 pub type Shared = Rc<RefCell<Session>>;
@@ -117,7 +118,7 @@ pub async fn analyse(
     spec: &ConnectionSpec,
     clean: &Input,
     perturbed: &Input,
-) -> Result<Rc<Analysis>, String> {
+) -> Result<Arc<Analysis>, String> {
     let key = format!("{}|{}|{:?}|{:?}", model.entry.id, spec.to_spec_string(), clean, perturbed);
     if let Some(hit) = session.borrow().cache.get(&key) {
         return Ok(hit.clone());
@@ -134,7 +135,7 @@ pub async fn analyse(
             engine::analyse(&m, tokenizer, clean, perturbed, MAX_TOKENS, &Default::default(), false).await?
         }
     };
-    let analysis = Rc::new(analysis);
+    let analysis = Arc::new(analysis);
     let mut s = session.borrow_mut();
     // A visitor typing produces many keys; keep the cache bounded.
     if s.cache.len() > 512 {
