@@ -1,20 +1,24 @@
 //! `trainer attack` end to end: the MiniLM model with a fresh classifier on five SST-2 dev
 //! sentences, then the JSON report checked against itself (counts, TextAttack's formulas,
 //! budgets). A random head gets some examples right and some wrong, so both the skipped and
-//! the attacked paths run; the checks hold whatever it predicts.
+//! the attacked paths run; the checks hold whatever it predicts. The sentences are the first
+//! of the SST-2 dev sample committed under tests/fixtures/data (the full file's first rows).
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
-const SST2_DEV: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/normalized/sst2_dev.jsonl");
+fn sst2_dev() -> String {
+    let path = shared::data::test_data::fixtures_dir().join("normalized/sst2_dev.jsonl");
+    path.to_str().expect("a UTF-8 path").to_string()
+}
 const QUERIES: u64 = 25;
 
 fn minilm_dir() -> PathBuf {
-    let dir = std::env::var_os("IMBERT_MINILM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/all-minilm-l6-v2")));
+    let dir = std::env::var_os("IMBERT_MINILM").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/all-minilm-l6-v2"))
+    });
     assert!(
         dir.join("model.safetensors").exists(),
         "MiniLM model not found at {}: run `make model` or set IMBERT_MINILM",
@@ -29,15 +33,28 @@ fn trainer() -> Command {
 
 #[test]
 fn attack_on_five_sst2_sentences_reports_consistent_metrics() {
-    let out_path = std::env::temp_dir().join(format!("imbert-attack-cli-{}.json", std::process::id()));
+    let out_path =
+        std::env::temp_dir().join(format!("imbert-attack-cli-{}.json", std::process::id()));
     let started = std::time::Instant::now();
     let out = trainer()
-        .args(["attack", "--task", "sst2", "--limit", "5", "--num-labels", "2", "--max-len", "48", "--k", "8"])
+        .args([
+            "attack",
+            "--task",
+            "sst2",
+            "--limit",
+            "5",
+            "--num-labels",
+            "2",
+            "--max-len",
+            "48",
+            "--k",
+            "8",
+        ])
         .args(["--queries", &QUERIES.to_string(), "--seed", "3"])
         .arg("--model")
         .arg(minilm_dir())
         .arg("--data")
-        .arg(SST2_DEV)
+        .arg(sst2_dev())
         .arg("--json")
         .arg(&out_path)
         .output()
@@ -54,7 +71,8 @@ fn attack_on_five_sst2_sentences_reports_consistent_metrics() {
     assert_eq!(report["connection"], "bert", "MiniLM has no imbert.json: plain BERT");
     let s = &report["summary"];
     let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"));
-    let (total, ok, failed, skipped) = (n(&s["total"]), n(&s["succeeded"]), n(&s["failed"]), n(&s["skipped"]));
+    let (total, ok, failed, skipped) =
+        (n(&s["total"]), n(&s["succeeded"]), n(&s["failed"]), n(&s["skipped"]));
     assert_eq!(total, 5);
     assert_eq!(ok + failed + skipped, total);
 
@@ -72,7 +90,8 @@ fn attack_on_five_sst2_sentences_reports_consistent_metrics() {
     if ok + failed > 0 {
         close(&s["attack_success_rate"], 100.0 * ok as f64 / (ok + failed) as f64);
         let attacked: Vec<&Value> = results.iter().filter(|r| r["status"] != "skipped").collect();
-        let mean_queries = attacked.iter().map(|r| n(&r["queries"]) as f64).sum::<f64>() / attacked.len() as f64;
+        let mean_queries =
+            attacked.iter().map(|r| n(&r["queries"]) as f64).sum::<f64>() / attacked.len() as f64;
         close(&s["avg_queries"], mean_queries);
     } else {
         assert!(s["attack_success_rate"].is_null());
@@ -109,19 +128,51 @@ fn bad_input_is_a_clear_error() {
         let out = trainer().args(args).output().expect("running trainer");
         (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
-    let (code, err) = run(&["attack", "--model", "/nonexistent", "--task", "sst2", "--data", "/nonexistent/sst2.jsonl"]);
+    let (code, err) = run(&[
+        "attack",
+        "--model",
+        "/nonexistent",
+        "--task",
+        "sst2",
+        "--data",
+        "/nonexistent/sst2.jsonl",
+    ]);
     assert_eq!(code, Some(1));
     assert!(err.contains("error: reading /nonexistent/sst2.jsonl"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 
-    let (code, err) = run(&["attack", "--model", "/nonexistent", "--task", "nope", "--data", SST2_DEV]);
+    let sst2_dev = sst2_dev();
+    let sst2_dev = sst2_dev.as_str();
+
+    let (code, err) =
+        run(&["attack", "--model", "/nonexistent", "--task", "nope", "--data", sst2_dev]);
     assert_eq!(code, Some(2), "clap rejects an unknown task: {err}");
 
-    let (code, err) = run(&["attack", "--model", "/nonexistent", "--task", "sst2", "--data", SST2_DEV, "--connection", "im:T=x"]);
+    let (code, err) = run(&[
+        "attack",
+        "--model",
+        "/nonexistent",
+        "--task",
+        "sst2",
+        "--data",
+        sst2_dev,
+        "--connection",
+        "im:T=x",
+    ]);
     assert_eq!(code, Some(1));
     assert!(err.contains("--connection"), "{err}");
 
-    let (code, err) = run(&["attack", "--model", "/nonexistent", "--task", "sst2", "--data", SST2_DEV, "--limit", "0"]);
+    let (code, err) = run(&[
+        "attack",
+        "--model",
+        "/nonexistent",
+        "--task",
+        "sst2",
+        "--data",
+        sst2_dev,
+        "--limit",
+        "0",
+    ]);
     assert_eq!(code, Some(1));
     assert!(err.contains("no examples"), "{err}");
 }

@@ -32,7 +32,8 @@ fn trainer(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trainer"))
         .args(args)
         .current_dir(repo())
-        .env("IMBERT_DATA", repo().join("../shared/data"))
+        // `eval` reads the data samples committed under tests/fixtures/data.
+        .env("IMBERT_DATA", shared::data::test_data::fixtures_dir())
         .output()
         .expect("the trainer binary runs")
 }
@@ -55,7 +56,10 @@ fn export(model: &Path, site: &Path, name: &str, extra: &[&str]) -> Output {
 }
 
 fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+    serde_json::from_str(
+        &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
 }
 
 /// Max |logit difference| between the f32 fixture (with `spec`) and a bundle, on a few inputs.
@@ -65,9 +69,17 @@ fn max_logit_diff(bundle: &WebBundle, spec: &str) -> f32 {
     let f32_model = f32_model.with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
     let int8_model: BertClassifier<NdArray> = bundle.classifier(&device).unwrap();
     let tokenizer = BertTokenizer::from_dir(&tiny()).unwrap();
-    let items = [("the cat sat on the mat", None), ("a dog runs", Some("the dog is running fast")), ("[UNK] words", None)];
+    let items = [
+        ("the cat sat on the mat", None),
+        ("a dog runs", Some("the dog is running fast")),
+        ("[UNK] words", None),
+    ];
     let batch = tokenizer.encode(&items, 24).unwrap();
-    assert_eq!(batch, bundle.tokenizer.encode(&items, 24).unwrap(), "the bundle's tokenizer.json tokenizes like vocab.txt");
+    assert_eq!(
+        batch,
+        bundle.tokenizer.encode(&items, 24).unwrap(),
+        "the bundle's tokenizer.json tokenizes like vocab.txt"
+    );
     let input = batch.to_input::<NdArray>(&device);
     let a = f32_model.forward(&input, ForwardOptions::default()).logits.unwrap();
     let b = int8_model.forward(&input, ForwardOptions::default()).logits.unwrap();
@@ -82,7 +94,8 @@ fn export_reloads_within_tolerance_and_upserts_the_index() {
     for f in ["config.json", "tokenizer.json", "model.int8.safetensors", "imbert.json"] {
         assert!(dir.join(f).is_file(), "{f} missing");
     }
-    let leftovers: Vec<_> = std::fs::read_dir(&site).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let leftovers: Vec<_> =
+        std::fs::read_dir(&site).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(leftovers.len(), 2, "only tiny-a/ and index.json: {leftovers:?}");
 
     let bundle = WebBundle::from_dir(&dir).unwrap();
@@ -108,14 +121,16 @@ fn export_reloads_within_tolerance_and_upserts_the_index() {
     assert!(diff < 1e-2, "{diff}");
 
     let index = read_json(&site.join("index.json"));
-    let ids: Vec<&str> = index["models"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> =
+        index["models"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["tiny-a", "tiny-b"]);
     let a = &index["models"][0];
     assert_eq!(a["path"], "tiny-a/");
     assert_eq!(a["task"], "mnli");
     assert_eq!(a["connection"], "bert");
     assert_eq!(a["labels"].as_array().unwrap().len(), 3);
-    let total: u64 = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+    let total: u64 =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
     assert_eq!(a["bytes"], total);
     assert!(a["metrics"].is_object());
 
@@ -124,7 +139,10 @@ fn export_reloads_within_tolerance_and_upserts_the_index() {
     let index = read_json(&site.join("index.json"));
     let models = index["models"].as_array().unwrap();
     assert_eq!(models.len(), 2);
-    assert_eq!((models[0]["id"].as_str(), models[0]["connection"].as_str()), (Some("tiny-a"), Some("ex")));
+    assert_eq!(
+        (models[0]["id"].as_str(), models[0]["connection"].as_str()),
+        (Some("tiny-a"), Some("ex"))
+    );
     assert_eq!(WebBundle::from_dir(&dir).unwrap().card.connection, "ex");
 
     // `eval` reads a bundle directory (its card supplies task and connection).
@@ -137,7 +155,8 @@ fn a_model_without_a_trained_head_is_refused_unless_marked_untrained() {
     // The tiny fixture without its classifier.
     let headless = scratch("headless-model");
     let tensors = checkpoint::read_safetensors(&tiny().join("model.safetensors")).unwrap();
-    let kept: Vec<(String, HostTensor)> = tensors.into_iter().filter(|(k, _)| !k.starts_with("classifier.")).collect();
+    let kept: Vec<(String, HostTensor)> =
+        tensors.into_iter().filter(|(k, _)| !k.starts_with("classifier.")).collect();
     checkpoint::write_safetensors(&headless.join("model.safetensors"), &kept).unwrap();
     for f in ["config.json", "vocab.txt"] {
         std::fs::copy(tiny().join(f), headless.join(f)).unwrap();
@@ -147,8 +166,14 @@ fn a_model_without_a_trained_head_is_refused_unless_marked_untrained() {
     let out = export(&headless, &site, "headless", &["--task", "sst2"]);
     assert!(!out.status.success());
     let message = text(&out);
-    assert!(message.contains("no trained classifier") && message.contains("--allow-untrained"), "{message}");
-    assert!(!site.join("headless").exists() && !site.join("index.json").exists(), "nothing written on refusal");
+    assert!(
+        message.contains("no trained classifier") && message.contains("--allow-untrained"),
+        "{message}"
+    );
+    assert!(
+        !site.join("headless").exists() && !site.join("index.json").exists(),
+        "nothing written on refusal"
+    );
 
     ok(export(&headless, &site, "headless", &["--task", "sst2", "--allow-untrained"]));
     let bundle = WebBundle::from_dir(&site.join("headless")).unwrap();

@@ -11,7 +11,7 @@ fn repo() -> PathBuf {
 }
 
 /// Serves `requests` HTTP requests, then stops. RTE rows come 2 per page from a 5-row split;
-/// `/adv/*` serves the real AdvGLUE files from ../shared/data.
+/// `/adv/*` serves the AdvGLUE sample files committed under tests/fixtures/data.
 fn serve(requests: usize) -> (String, std::thread::JoinHandle<Vec<String>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -35,14 +35,17 @@ fn serve(requests: usize) -> (String, std::thread::JoinHandle<Vec<String>>) {
 
 fn respond(path: &str) -> (&'static str, Vec<u8>) {
     if let Some(file) = path.strip_prefix("/adv/") {
-        let p = repo().join("../shared/data/advglue").join(file);
+        let p = shared::data::test_data::fixtures_dir().join("advglue").join(file);
         return match std::fs::read(p) {
             Ok(b) => ("200 OK", b),
             Err(_) => ("404 Not Found", b"{}".to_vec()),
         };
     }
     let query = |key: &str| {
-        path.split(['?', '&']).find_map(|kv| kv.strip_prefix(&format!("{key}="))).unwrap_or("").to_string()
+        path.split(['?', '&'])
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .unwrap_or("")
+            .to_string()
     };
     let offset: usize = query("offset").parse().unwrap_or(0);
     let split = query("split");
@@ -64,23 +67,39 @@ fn fetches_paginated_rows_and_advglue_into_the_shared_layout() {
     let dir = repo().join("target/test-artifacts/fetch");
     let _ = std::fs::remove_dir_all(&dir);
     let out = Command::new(env!("CARGO_BIN_EXE_trainer"))
-        .args(["fetch-data", "--tasks", "rte", "--page-size", "2", "--data-dir", dir.to_str().unwrap()])
+        .args([
+            "fetch-data",
+            "--tasks",
+            "rte",
+            "--page-size",
+            "2",
+            "--data-dir",
+            dir.to_str().unwrap(),
+        ])
         .args(["--hf-endpoint", &base, "--advglue-url", &format!("{base}/adv")])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let seen = server.join().unwrap();
     assert!(seen.iter().any(|p| p.contains("offset=4")), "paginated: {seen:?}");
-    assert!(seen.iter().all(|p| p.starts_with("/adv/") || p.contains("dataset=nyu-mll%2Fglue&config=rte")));
+    assert!(seen
+        .iter()
+        .all(|p| p.starts_with("/adv/") || p.contains("dataset=nyu-mll%2Fglue&config=rte")));
 
-    let train = shared::data::load(dir.join("normalized/rte_train.jsonl"), shared::data::Task::Rte).unwrap();
+    let train = shared::data::load(dir.join("normalized/rte_train.jsonl"), shared::data::Task::Rte)
+        .unwrap();
     assert_eq!(train.len(), 5);
     assert_eq!(train[4].text_a, "train premise 4");
     assert_eq!(train[4].text_b.as_deref(), Some("hypothesis 4"));
-    let dev = shared::data::load(dir.join("normalized/rte_dev.jsonl"), shared::data::Task::Rte).unwrap();
+    let dev =
+        shared::data::load(dir.join("normalized/rte_dev.jsonl"), shared::data::Task::Rte).unwrap();
     assert_eq!(dev[0].text_a, "validation premise 0");
-    let adv = shared::data::load_advglue(dir.join("advglue/dev_ann.json"), shared::data::Task::Rte).unwrap();
-    assert_eq!(adv.len(), 81);
+    let adv = shared::data::load_advglue(dir.join("advglue/dev_ann.json"), shared::data::Task::Rte)
+        .unwrap();
+    let served = shared::data::test_data::fixtures_dir().join("advglue/dev_ann.json");
+    let served = shared::data::load_advglue(served, shared::data::Task::Rte).unwrap();
+    assert!(!adv.is_empty());
+    assert_eq!(adv, served, "the AdvGLUE file is written as served");
 }
 
 #[test]
@@ -88,10 +107,20 @@ fn an_unreachable_endpoint_is_a_clear_error() {
     // A port with nothing behind it: bind, then drop the listener.
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let out = Command::new(env!("CARGO_BIN_EXE_trainer"))
-        .args(["fetch-data", "--tasks", "rte", "--data-dir", repo().join("target/test-artifacts/fetch-fail").to_str().unwrap()])
+        .args([
+            "fetch-data",
+            "--tasks",
+            "rte",
+            "--data-dir",
+            repo().join("target/test-artifacts/fetch-fail").to_str().unwrap(),
+        ])
         .args(["--hf-endpoint", &format!("http://127.0.0.1:{port}")])
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("GET http://127.0.0.1"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("GET http://127.0.0.1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -1,5 +1,7 @@
 //! End to end through the `trainer` binary: fine-tune (tiny random BERT and MiniLM), resume
-//! after a crash with identical weights, CreAT/PGD, evaluation with the honesty flag.
+//! after a crash with identical weights, CreAT/PGD, evaluation with the honesty flag. The runs
+//! read the data samples committed under tests/fixtures/data (48 examples per split: enough for
+//! the 32 + 16 examples they draw), so they need no download.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,8 +10,8 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-fn data(rel: &str) -> PathBuf {
-    repo().join("../shared/data").join(rel)
+fn data_dir() -> PathBuf {
+    shared::data::test_data::fixtures_dir()
 }
 
 /// A fresh directory under target/test-artifacts.
@@ -22,7 +24,7 @@ fn scratch(name: &str) -> PathBuf {
 
 fn trainer(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainer"));
-    cmd.args(args).current_dir(repo()).env("IMBERT_DATA", data(""));
+    cmd.args(args).current_dir(repo()).env("IMBERT_DATA", data_dir());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -30,16 +32,37 @@ fn trainer(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
 }
 
 fn ok(out: std::process::Output) -> String {
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "trainer failed:\n{text}");
     text
 }
 
 fn tiny_finetune(run: &Path, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
-        "finetune", "--task", "sst2", "--model", "tests/fixtures/tiny-bert", "--train-samples", "32",
-        "--val-samples", "16", "--batch-size", "8", "--max-len", "24", "--epochs", "2", "--max-steps", "6",
-        "--checkpoint-every", "2", "--lr", "1e-3", "--save-final", "--out",
+        "finetune",
+        "--task",
+        "sst2",
+        "--model",
+        "tests/fixtures/tiny-bert",
+        "--train-samples",
+        "32",
+        "--val-samples",
+        "16",
+        "--batch-size",
+        "8",
+        "--max-len",
+        "24",
+        "--epochs",
+        "2",
+        "--max-steps",
+        "6",
+        "--checkpoint-every",
+        "2",
+        "--lr",
+        "1e-3",
+        "--save-final",
+        "--out",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -58,20 +81,32 @@ fn tiny_bert_finetunes_evaluates_and_is_flagged_as_not_learned() {
     let run = scratch("tiny-im");
     let args = tiny_finetune(&run, &["--connection", "im", "--T", "2", "--im-layers", "1-1"]);
     ok(trainer(&as_refs(&args), &[]));
-    for f in ["config.json", "log.txt", "metrics.jsonl", "best/config.json", "best/model.safetensors",
-              "best/imbert.json", "best/vocab.txt", "final/model.safetensors", "checkpoint/state.json", "done"] {
+    for f in [
+        "config.json",
+        "log.txt",
+        "metrics.jsonl",
+        "best/config.json",
+        "best/model.safetensors",
+        "best/imbert.json",
+        "best/vocab.txt",
+        "final/model.safetensors",
+        "checkpoint/state.json",
+        "done",
+    ] {
         assert!(run.join(f).exists(), "{f} missing");
     }
     let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
     assert_eq!(metrics.lines().count(), 2, "one validation per epoch (6 steps over 2 epochs of 4)");
     let residuals: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("im_residuals.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(run.join("im_residuals.json")).unwrap())
+            .unwrap();
     assert_eq!(residuals["layers"][0]["layer"], 1);
     assert_eq!(residuals["layers"][0]["squared_norms"].as_array().unwrap().len(), 3, "T + 1 norms");
 
     let out = ok(trainer(&["eval", "--run", run.to_str().unwrap(), "--limit", "24"], &[]));
     assert!(out.contains("AdvGLUE"), "{out}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("eval.json")).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("eval.json")).unwrap()).unwrap();
     assert_eq!(report["connection"], "im:T=2,gamma=0.1,layers=1-1");
     assert_eq!(report["advglue"][0]["adversarial"]["n"], 24);
     assert!(report["advglue"][0]["by_level"]["word"]["adversarial"]["n"].as_u64().unwrap() > 0);
@@ -84,19 +119,29 @@ fn tiny_bert_finetunes_evaluates_and_is_flagged_as_not_learned() {
 #[test]
 fn an_overshooting_gamma_is_reported_before_training() {
     let run = scratch("tiny-im-overshoot");
-    let args = tiny_finetune(&run, &["--connection", "im", "--T", "4", "--gamma", "5", "--im-layers", "0-1"]);
+    let args = tiny_finetune(
+        &run,
+        &["--connection", "im", "--T", "4", "--gamma", "5", "--im-layers", "0-1"],
+    );
     ok(trainer(&as_refs(&args), &[]));
     let log = std::fs::read_to_string(run.join("log.txt")).unwrap();
     assert!(log.contains("warning: IM layer") && log.contains("gamma = 5 overshoots"), "{log}");
     let residuals: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("im_residuals.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(run.join("im_residuals.json")).unwrap())
+            .unwrap();
     let layers = residuals["layers"].as_array().unwrap();
     assert_eq!(layers.len(), 2);
-    assert!(layers.iter().any(|l| !l["rises_after_iteration"].as_array().unwrap().is_empty()), "{residuals}");
+    assert!(
+        layers.iter().any(|l| !l["rises_after_iteration"].as_array().unwrap().is_empty()),
+        "{residuals}"
+    );
 
     // A small step descends on the same model: no warning.
     let run = scratch("tiny-im-descends");
-    let args = tiny_finetune(&run, &["--connection", "im", "--T", "4", "--gamma", "0.01", "--im-layers", "0-1"]);
+    let args = tiny_finetune(
+        &run,
+        &["--connection", "im", "--T", "4", "--gamma", "0.01", "--im-layers", "0-1"],
+    );
     ok(trainer(&as_refs(&args), &[]));
     let log = std::fs::read_to_string(run.join("log.txt")).unwrap();
     assert!(log.contains("IM layer 0: ||r||^2") && !log.contains("warning"), "{log}");
@@ -109,11 +154,15 @@ fn a_crashed_run_resumes_to_identical_weights() {
     ok(trainer(&as_refs(&tiny_finetune(&a, &["--connection", "im", "--T", "2"])), &[]));
 
     let b = scratch("resume-b");
-    let crashed = trainer(&as_refs(&tiny_finetune(&b, &["--connection", "im", "--T", "2"])), &[("IMBERT_CRASH_AFTER_STEP", "3")]);
+    let crashed = trainer(
+        &as_refs(&tiny_finetune(&b, &["--connection", "im", "--T", "2"])),
+        &[("IMBERT_CRASH_AFTER_STEP", "3")],
+    );
     assert!(!crashed.status.success(), "the induced crash happened");
     assert!(!b.join("done").exists());
     let state: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(b.join("checkpoint/state.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(b.join("checkpoint/state.json")).unwrap())
+            .unwrap();
     assert_eq!(state["step"], 2, "the last checkpoint before the crash");
 
     ok(trainer(&["finetune", "--resume", b.to_str().unwrap(), "--save-final"], &[]));
@@ -133,7 +182,9 @@ fn creat_and_pgd_adversarial_training_run() {
         let mut args = tiny_finetune(&run, &["--adv", adv, "--adv-steps", "2"]);
         args.retain(|a| a != "--save-final");
         ok(trainer(&as_refs(&args), &[]));
-        let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap()).unwrap();
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap())
+                .unwrap();
         assert_eq!(config["adv"], adv);
         assert_eq!(config["adv_tau"], if adv == "pgd" { 0.0 } else { 1.0 });
         assert!(run.join("done").exists());
@@ -147,13 +198,32 @@ fn minilm_finetunes_a_few_steps_with_an_im_layer() {
     let run = scratch("minilm-im");
     let out = ok(trainer(
         &[
-            "finetune", "--task", "sst2", "--model", model.to_str().unwrap(), "--connection", "im:T=2,layers=5-5",
-            "--train-samples", "32", "--val-samples", "16", "--batch-size", "8", "--max-len", "32",
-            "--max-steps", "2", "--out", run.to_str().unwrap(),
+            "finetune",
+            "--task",
+            "sst2",
+            "--model",
+            model.to_str().unwrap(),
+            "--connection",
+            "im:T=2,layers=5-5",
+            "--train-samples",
+            "32",
+            "--val-samples",
+            "16",
+            "--batch-size",
+            "8",
+            "--max-len",
+            "32",
+            "--max-steps",
+            "2",
+            "--out",
+            run.to_str().unwrap(),
         ],
         &[],
     ));
-    assert!(out.contains("classifier initialised fresh") || std::fs::read_to_string(run.join("log.txt")).unwrap().contains("classifier"));
+    assert!(
+        out.contains("classifier initialised fresh")
+            || std::fs::read_to_string(run.join("log.txt")).unwrap().contains("classifier")
+    );
     ok(trainer(&["eval", "--run", run.to_str().unwrap(), "--limit", "8"], &[]));
     assert!(run.join("eval.json").exists());
 }
@@ -163,7 +233,18 @@ fn bad_input_is_a_clear_error() {
     let out = trainer(&["finetune", "--task", "nope"], &[]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
-    let out = trainer(&["finetune", "--task", "sst2", "--model", "/no/such/dir", "--out", scratch("bad").to_str().unwrap()], &[]);
+    let out = trainer(
+        &[
+            "finetune",
+            "--task",
+            "sst2",
+            "--model",
+            "/no/such/dir",
+            "--out",
+            scratch("bad").to_str().unwrap(),
+        ],
+        &[],
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/dir"));
 }
@@ -176,10 +257,35 @@ fn single_exact_sgd_step_for_the_pytorch_replay() {
     let _ = std::fs::remove_dir_all(&run);
     ok(trainer(
         &[
-            "finetune", "--task", "mnli", "--model", "tests/fixtures/tiny-bert", "--connection", "im:T=2,layers=1-1",
-            "--optimizer", "sgd", "--lr", "5", "--warmup-ratio", "0", "--max-steps", "1", "--no-shuffle",
-            "--dropout", "0", "--batch-size", "4", "--max-len", "24", "--train-samples", "16", "--val-samples", "8",
-            "--save-final", "--out", run.to_str().unwrap(),
+            "finetune",
+            "--task",
+            "mnli",
+            "--model",
+            "tests/fixtures/tiny-bert",
+            "--connection",
+            "im:T=2,layers=1-1",
+            "--optimizer",
+            "sgd",
+            "--lr",
+            "5",
+            "--warmup-ratio",
+            "0",
+            "--max-steps",
+            "1",
+            "--no-shuffle",
+            "--dropout",
+            "0",
+            "--batch-size",
+            "4",
+            "--max-len",
+            "24",
+            "--train-samples",
+            "16",
+            "--val-samples",
+            "8",
+            "--save-final",
+            "--out",
+            run.to_str().unwrap(),
         ],
         &[],
     ));
@@ -191,12 +297,28 @@ fn reproduce_runs_a_grid_reports_it_and_resumes() {
     let grid = scratch("grid-smoke");
     let results = scratch("grid-smoke-results");
     let args = [
-        "reproduce", "--preset", "smoke", "--model", "tests/fixtures/tiny-bert", "--max-steps", "2", "--eval-limit", "8",
-        "--out", grid.to_str().unwrap(), "--results", results.to_str().unwrap(),
+        "reproduce",
+        "--preset",
+        "smoke",
+        "--model",
+        "tests/fixtures/tiny-bert",
+        "--max-steps",
+        "2",
+        "--eval-limit",
+        "8",
+        "--out",
+        grid.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
     ];
     let first = ok(trainer(&args, &[]));
     assert!(first.contains("2 cells"), "{first}");
-    for f in ["report/report.md", "report/report.csv", "report/report.json", "sst2-bert-none-s0/eval.json"] {
+    for f in [
+        "report/report.md",
+        "report/report.csv",
+        "report/report.json",
+        "sst2-bert-none-s0/eval.json",
+    ] {
         assert!(grid.join(f).exists(), "{f} missing");
     }
     let md = std::fs::read_to_string(grid.join("report/report.md")).unwrap();
@@ -207,7 +329,10 @@ fn reproduce_runs_a_grid_reports_it_and_resumes() {
     )
     .unwrap();
     assert_eq!(summary["config"]["connection"], "bert");
-    assert!(!summary["metrics"].as_array().unwrap().is_empty() && summary["eval"]["advglue"].is_array(), "{summary}");
+    assert!(
+        !summary["metrics"].as_array().unwrap().is_empty() && summary["eval"]["advglue"].is_array(),
+        "{summary}"
+    );
     assert!(summary["train_seconds"].as_f64().unwrap() > 0.0);
     // A grid whose summaries exist is skipped cell by cell, even without its run directories
     // (a fresh clone of the repository).
@@ -222,18 +347,31 @@ fn reproduce_runs_a_grid_reports_it_and_resumes() {
 fn gradient_norms_are_logged_and_clipping_is_recorded() {
     let run = scratch("tiny-grad-norms");
     let spec = "im:T=2,gamma=0.1,grad=frozen,step=backtrack,layers=1-1";
-    ok(trainer(&as_refs(&tiny_finetune(&run, &["--connection", spec, "--max-grad-norm", "1"])), &[]));
-    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap()).unwrap();
-    assert_eq!((config["connection"].as_str(), config["max_grad_norm"].as_f64()), (Some(spec), Some(1.0)));
+    ok(trainer(
+        &as_refs(&tiny_finetune(&run, &["--connection", spec, "--max-grad-norm", "1"])),
+        &[],
+    ));
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        (config["connection"].as_str(), config["max_grad_norm"].as_f64()),
+        (Some(spec), Some(1.0))
+    );
     let log = std::fs::read_to_string(run.join("log.txt")).unwrap();
     assert!(log.contains("gradient norms at the first step: embeddings"), "{log}");
     for line in std::fs::read_to_string(run.join("metrics.jsonl")).unwrap().lines() {
         let m: serde_json::Value = serde_json::from_str(line).unwrap();
         let norms = &m["grad_norms"];
         assert_eq!(norms["layers"].as_array().map(Vec::len), Some(2), "{m}");
-        assert!(norms["head"].as_f64().unwrap() > 0.0 && norms["total"].as_f64().unwrap() >= norms["head"].as_f64().unwrap());
+        assert!(
+            norms["head"].as_f64().unwrap() > 0.0
+                && norms["total"].as_f64().unwrap() >= norms["head"].as_f64().unwrap()
+        );
     }
-    let refused = trainer(&as_refs(&tiny_finetune(&scratch("tiny-bad-clip"), &["--max-grad-norm", "-1"])), &[]);
+    let refused = trainer(
+        &as_refs(&tiny_finetune(&scratch("tiny-bad-clip"), &["--max-grad-norm", "-1"])),
+        &[],
+    );
     assert!(!refused.status.success());
 }
 
@@ -252,16 +390,25 @@ fn lr_search_picks_the_lowest_validation_loss_and_resumes() {
         serde_json::from_str(&std::fs::read_to_string(out.join("search.json")).unwrap()).unwrap();
     let trials = search["trials"].as_array().unwrap();
     assert_eq!(trials.len(), 2);
-    let best = trials.iter().min_by(|a, b| a["val_loss"].as_f64().unwrap().total_cmp(&b["val_loss"].as_f64().unwrap())).unwrap();
+    let best = trials
+        .iter()
+        .min_by(|a, b| a["val_loss"].as_f64().unwrap().total_cmp(&b["val_loss"].as_f64().unwrap()))
+        .unwrap();
     assert_eq!(search["chosen_lr"], best["lr"]);
     for t in trials {
         assert!(t["val_majority_share"].as_f64().unwrap() >= 0.5);
-        assert!(out.join(t["run_dir"].as_str().unwrap().rsplit('/').next().unwrap()).join("done").exists());
+        assert!(out
+            .join(t["run_dir"].as_str().unwrap().rsplit('/').next().unwrap())
+            .join("done")
+            .exists());
     }
     // Finished runs are not trained again.
     let before = std::fs::metadata(out.join("lr-1e-4/metrics.jsonl")).unwrap().modified().unwrap();
     let second = ok(trainer(&as_refs(&args), &[]));
-    assert_eq!(std::fs::metadata(out.join("lr-1e-4/metrics.jsonl")).unwrap().modified().unwrap(), before);
+    assert_eq!(
+        std::fs::metadata(out.join("lr-1e-4/metrics.jsonl")).unwrap().modified().unwrap(),
+        before
+    );
     assert!(!second.contains("validation loss 0"), "{second}");
     args.extend(["--lr".to_string(), "1e-3".to_string()]);
     let refused = trainer(&as_refs(&args), &[]);
