@@ -126,6 +126,10 @@ pub struct FinetuneArgs {
     /// Write a resumable checkpoint every this many optimizer steps (and at every epoch end).
     #[arg(long, default_value_t = 50)]
     pub checkpoint_every: usize,
+    /// When the output is not a terminal (a file, a pipe), log a progress line every this many
+    /// optimizer steps, and at least every 30 s.
+    #[arg(long, default_value_t = 50)]
+    pub progress_every: usize,
 }
 
 impl FinetuneArgs {

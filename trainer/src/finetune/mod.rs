@@ -54,6 +54,7 @@ pub fn run(args: FinetuneArgs) -> Result<()> {
     let options = RunOptions {
         save_final: args.save_final,
         checkpoint_every: args.checkpoint_every.max(1),
+        progress_every: args.progress_every.max(1),
         resume,
     };
     let summary = crate::with_backend!(kind, |B, device| {
@@ -83,6 +84,8 @@ pub fn default_run_dir(config: &RunConfig) -> PathBuf {
 pub struct RunOptions {
     pub save_final: bool,
     pub checkpoint_every: usize,
+    /// Off a terminal, a progress line every this many optimizer steps (and every 30 s).
+    pub progress_every: usize,
     pub resume: bool,
 }
 

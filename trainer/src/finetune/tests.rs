@@ -58,3 +58,14 @@ fn connection_flags_build_a_spec() {
         FinetuneArgs::try_parse_from_args(&["--task", "rte", "--train-file", "x", "--T", "3"]);
     assert!(bad.to_config().is_err());
 }
+
+#[test]
+fn time_left_follows_this_sessions_pace() {
+    use super::logging::{format_duration, time_left};
+    use std::time::Duration;
+    assert_eq!(time_left(Duration::from_secs(10), 5, 20), Duration::from_secs(40));
+    assert_eq!(time_left(Duration::from_secs(10), 0, 20), Duration::ZERO);
+    assert_eq!(format_duration(Duration::from_secs(12)), "12s");
+    assert_eq!(format_duration(Duration::from_secs(185)), "3m 05s");
+    assert_eq!(format_duration(Duration::from_secs(3720)), "1h 02m");
+}

@@ -52,7 +52,7 @@ pub(super) fn train_with<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>>
         return Ok(summary(run_dir, &state));
     }
     let mut trainer = Trainer {
-        progress: Progress::new(setup.total_steps, state.step),
+        progress: Progress::new(setup.total_steps, state.step, options.progress_every),
         elapsed_before: state.elapsed_s,
         session_start: Instant::now(),
         examples_seen: 0,
@@ -340,7 +340,7 @@ impl<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>> Trainer<'_, B, O> {
                 self.state.step_in_epoch = 0;
             }
         }
-        if epoch_done || self.state.step % self.options.checkpoint_every == 0 {
+        if epoch_done || self.state.step.is_multiple_of(self.options.checkpoint_every) {
             self.state.elapsed_s = self.elapsed_before + secs;
             save_checkpoint(model, &self.optim, &self.state, &self.run_dir.join("checkpoint"))?;
         }
