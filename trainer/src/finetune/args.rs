@@ -3,30 +3,13 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use shared::data::Task;
 use shared::ConnectionSpec;
 
 use crate::backend::BackendKind;
 use crate::datasets;
-use crate::run::RunConfig;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OptimizerKind {
-    Adamw,
-    Sgd,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum AdvKind {
-    /// Plain fine-tuning.
-    None,
-    /// CreAT: PGD on the word embeddings against the task loss minus tau * cosine similarity of
-    /// the final encoder states (ICLR 2023).
-    Creat,
-    /// Vanilla PGD adversarial training: CreAT with tau = 0.
-    Pgd,
-}
+use crate::run::{AdvKind, OptimizerKind, RunConfig};
 
 #[derive(Args, Debug, Clone)]
 pub struct FinetuneArgs {
@@ -186,7 +169,7 @@ impl FinetuneArgs {
             batch_size: self.batch_size,
             grad_accum: self.grad_accum,
             max_len: self.max_len,
-            optimizer: format!("{:?}", self.optimizer).to_lowercase(),
+            optimizer: self.optimizer,
             lr: self.lr,
             weight_decay: self.weight_decay,
             adam_eps: self.adam_eps,
@@ -196,13 +179,13 @@ impl FinetuneArgs {
             max_grad_norm: (self.max_grad_norm > 0.0).then_some(self.max_grad_norm),
             shuffle: !self.no_shuffle,
             dropout: self.dropout,
-            adv: format!("{:?}", self.adv).to_lowercase(),
+            adv: self.adv,
             adv_epsilon: self.adv_epsilon,
             adv_alpha: self.adv_alpha,
             adv_steps: self.adv_steps,
             adv_tau: if self.adv == AdvKind::Pgd { 0.0 } else { self.adv_tau },
             adv_lambda: self.adv_lambda,
-            backend: format!("{:?}", self.backend).to_lowercase(),
+            backend: self.backend,
             command: std::env::args().collect::<Vec<_>>().join(" "),
         })
     }

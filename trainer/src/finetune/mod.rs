@@ -19,16 +19,16 @@ mod validation;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use burn::optim::SgdConfig;
 use burn::tensor::backend::AutodiffBackend;
 use shared::BertClassifier;
 
 use crate::adamw::AdamW;
-use crate::backend::BackendKind;
 use crate::run::{self, RunConfig};
 
-pub use args::{AdvKind, FinetuneArgs, OptimizerKind};
+pub use crate::run::{AdvKind, OptimizerKind};
+pub use args::FinetuneArgs;
 pub use checkpoint::TrainState;
 
 /// What a finished run reports back (used by `reproduce`).
@@ -48,16 +48,13 @@ pub fn run(args: FinetuneArgs) -> Result<()> {
             (config, dir, false)
         }
     };
-    let kind: BackendKind =
-        serde_json::from_value(serde_json::Value::String(config.backend.clone()))
-            .context("backend in config.json")?;
     let options = RunOptions {
         save_final: args.save_final,
         checkpoint_every: args.checkpoint_every.max(1),
         progress_every: args.progress_every.max(1),
         resume,
     };
-    let summary = crate::with_backend!(kind, |B, device| {
+    let summary = crate::with_backend!(config.backend, |B, device| {
         train::<burn::backend::Autodiff<B>>(&config, &run_dir, &options, &device)
     })?;
     println!(
@@ -96,8 +93,8 @@ pub fn train<B: AutodiffBackend>(
     options: &RunOptions,
     device: &B::Device,
 ) -> Result<TrainSummary> {
-    match config.optimizer.as_str() {
-        "adamw" => {
+    match config.optimizer {
+        OptimizerKind::Adamw => {
             let optim = AdamW::new(
                 config.adam_beta1 as f32,
                 config.adam_beta2 as f32,
@@ -107,14 +104,13 @@ pub fn train<B: AutodiffBackend>(
             .init::<B, BertClassifier<B>>();
             train_loop::train_with(config, run_dir, options, device, optim)
         }
-        "sgd" => train_loop::train_with(
+        OptimizerKind::Sgd => train_loop::train_with(
             config,
             run_dir,
             options,
             device,
             SgdConfig::new().init::<B, BertClassifier<B>>(),
         ),
-        other => bail!("unknown optimizer {other:?}"),
     }
 }
 

@@ -21,7 +21,7 @@ impl FinetuneArgs {
 fn defaults_are_the_paper_protocol() {
     let c = config(0.1);
     assert_eq!((c.lr, c.batch_size, c.max_len, c.epochs), (2e-5, 16, 128, 3));
-    assert_eq!((c.adam_eps, c.weight_decay, c.optimizer.as_str()), (1e-8, 0.0, "adamw"));
+    assert_eq!((c.adam_eps, c.weight_decay, c.optimizer), (1e-8, 0.0, OptimizerKind::Adamw));
     assert_eq!((c.adv_epsilon, c.adv_alpha, c.adv_steps, c.adv_lambda), (0.1, 0.1, 1, 0.5));
 }
 

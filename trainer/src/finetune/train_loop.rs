@@ -21,7 +21,7 @@ use super::logging::{log, warn_if_exploding, Progress};
 use super::validation::{validate, write_model_card};
 use super::{learning_rate, summary, RunOptions, TrainSummary};
 use crate::grad_norms::{clip_global_norm, grad_norms, GradNorms};
-use crate::run::{self, EpochMetrics, RunConfig};
+use crate::run::{self, AdvKind, EpochMetrics, RunConfig};
 
 /// What a run trains on besides the model: its tokenizer, data and schedule.
 struct Setup {
@@ -296,7 +296,7 @@ impl<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>> Trainer<'_, B, O> {
     ) -> Result<(Tensor<B, 1>, f64)> {
         let (input, labels) =
             to_batch::<B>(&self.setup.tokenizer, examples, self.setup.max_len, self.device)?;
-        let loss = if self.config.adv == "none" {
+        let loss = if self.config.adv == AdvKind::None {
             let logits =
                 model.forward(&input, ForwardOptions::default()).logits.context("no classifier")?;
             self.ce.forward(logits, labels)

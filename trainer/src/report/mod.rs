@@ -88,7 +88,7 @@ impl GroupKey {
             GroupKey::Task => config.task.clone(),
             GroupKey::Connection => canonical_connection(&config.connection),
             GroupKey::Model => config.model.clone(),
-            GroupKey::Adv => config.adv.clone(),
+            GroupKey::Adv => config.adv.name().to_string(),
             GroupKey::TrainSamples => config.train_samples.map_or("full".into(), |n| n.to_string()),
         }
     }
