@@ -24,6 +24,59 @@ use crate::{BertClassifier, BertConfig, BertTokenizer, ConnectionSpec, Error};
 /// The model card's file name, next to the weights (finetune's `best/`, a bundle).
 pub const CARD_FILE: &str = "imbert.json";
 
+/// One model of the demo site's `models/index.json`: written by `trainer export --web --site`,
+/// read by the web page. `labels`, `bytes` and `metrics` default, so older indexes still parse.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IndexEntry {
+    pub id: String,
+    /// The bundle's folder relative to the index, with a trailing slash.
+    pub path: String,
+    pub task: String,
+    /// The connection it was trained with, as a spec (`bert`, `im:T=5,gamma=0.1,layers=3-5`).
+    pub connection: String,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// Total size of the bundle's files (what the browser downloads; the cache key).
+    #[serde(default)]
+    pub bytes: u64,
+    /// Accuracies from the model card (`validation`, `glue_dev/TASK`, `advglue/TASK`, ...).
+    #[serde(default)]
+    pub metrics: BTreeMap<String, f64>,
+    /// From the model card: near chance on clean data.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub did_not_learn: bool,
+    /// From the model card: exported with a classifier head that was never trained.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untrained: bool,
+}
+
+impl IndexEntry {
+    /// The card's accuracies for people, clean ones first: a robustness number never appears
+    /// without the clean accuracy beside it.
+    pub fn metrics_summary(&self) -> String {
+        let pct = |k: &str| self.metrics.get(k).map(|v| format!("{:.1}%", 100.0 * v));
+        let task = &self.task;
+        let mut parts = Vec::new();
+        if let Some(v) = pct("validation") {
+            parts.push(format!("validation {v}"));
+        }
+        if let Some(v) = pct(&format!("glue_dev/{task}")) {
+            parts.push(format!("GLUE dev {v}"));
+        }
+        if let Some(v) = pct(&format!("advglue/{task}")) {
+            let clean = pct(&format!("advglue/{task}/clean_original"))
+                .map(|c| format!(" (their clean originals {c})"))
+                .unwrap_or_default();
+            parts.push(format!("AdvGLUE {v}{clean}"));
+        }
+        if parts.is_empty() {
+            "no accuracy recorded".into()
+        } else {
+            parts.join(" · ")
+        }
+    }
+}
+
 /// `imbert.json`: what a model is and how it was made. Every field but `task` has a default, so
 /// cards written by older versions still parse.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -111,7 +164,11 @@ impl ModelCard {
     }
 
     pub fn from_json_bytes(bytes: &[u8], origin: &str) -> Result<Self, Error> {
-        serde_json::from_slice(bytes).map_err(|e| Error::Json { path: origin.into(), line: e.line(), message: e.to_string() })
+        serde_json::from_slice(bytes).map_err(|e| Error::Json {
+            path: origin.into(),
+            line: e.line(),
+            message: e.to_string(),
+        })
     }
 
     /// `DIR/imbert.json`, or `None` when there is none.
@@ -120,7 +177,8 @@ impl ModelCard {
         if !path.exists() {
             return Ok(None);
         }
-        let bytes = std::fs::read(&path).map_err(|e| Error::Io { path: path.clone(), source: e })?;
+        let bytes =
+            std::fs::read(&path).map_err(|e| Error::Io { path: path.clone(), source: e })?;
         Self::from_json_bytes(&bytes, &path.display().to_string()).map(Some)
     }
 
@@ -146,10 +204,20 @@ pub struct WebBundle {
 impl WebBundle {
     /// A bundle from the bytes of its four files. Checks that they fit together (vocabulary,
     /// number of labels, connection layers) before any model is built.
-    pub fn from_bytes(config_json: &[u8], tokenizer_json: &[u8], weights: &[u8], card_json: &[u8]) -> Result<Self, Error> {
-        let config: BertConfig = serde_json::from_slice(config_json)
-            .map_err(|e| Error::Json { path: "config.json".into(), line: e.line(), message: e.to_string() })?;
-        config.validate().map_err(|message| Error::Config { path: "config.json".into(), message })?;
+    pub fn from_bytes(
+        config_json: &[u8],
+        tokenizer_json: &[u8],
+        weights: &[u8],
+        card_json: &[u8],
+    ) -> Result<Self, Error> {
+        let config: BertConfig = serde_json::from_slice(config_json).map_err(|e| Error::Json {
+            path: "config.json".into(),
+            line: e.line(),
+            message: e.to_string(),
+        })?;
+        config
+            .validate()
+            .map_err(|message| Error::Config { path: "config.json".into(), message })?;
         let tokenizer = BertTokenizer::from_json_bytes(tokenizer_json).map_err(|e| match e {
             Error::Tokenizer(message) => Error::Tokenizer(format!("tokenizer.json: {message}")),
             other => other,
@@ -161,7 +229,10 @@ impl WebBundle {
         let head = tensors.get("classifier.weight").map(|t| t.shape.first().copied().unwrap_or(0));
         match head {
             None => {
-                return Err(Error::MissingTensor { key: "classifier.weight".into(), path: WEB_WEIGHTS_FILE.into() });
+                return Err(Error::MissingTensor {
+                    key: "classifier.weight".into(),
+                    path: WEB_WEIGHTS_FILE.into(),
+                });
             }
             Some(rows) if !card.labels.is_empty() && rows != card.labels.len() => {
                 return Err(Error::Input(format!(
@@ -180,7 +251,12 @@ impl WebBundle {
             let path = dir.join(name);
             std::fs::read(&path).map_err(|e| Error::Io { path, source: e })
         };
-        Self::from_bytes(&read("config.json")?, &read("tokenizer.json")?, &read(WEB_WEIGHTS_FILE)?, &read(CARD_FILE)?)
+        Self::from_bytes(
+            &read("config.json")?,
+            &read("tokenizer.json")?,
+            &read(WEB_WEIGHTS_FILE)?,
+            &read(CARD_FILE)?,
+        )
     }
 
     /// Number of classes.
@@ -192,7 +268,13 @@ impl WebBundle {
     /// models on several devices.)
     pub fn classifier<B: Backend>(&self, device: &B::Device) -> Result<BertClassifier<B>, Error> {
         let file = Path::new(WEB_WEIGHTS_FILE);
-        let (model, report) = checkpoint::load_from_tensors::<B>(&self.config, self.tensors.clone(), None, file, device)?;
+        let (model, report) = checkpoint::load_from_tensors::<B>(
+            &self.config,
+            self.tensors.clone(),
+            None,
+            file,
+            device,
+        )?;
         if let Some(fresh) = report.initialized_fresh.first() {
             return Err(Error::MissingTensor { key: format!("{fresh}.weight"), path: file.into() });
         }
@@ -246,10 +328,14 @@ mod tests {
         let json = card.to_json().unwrap();
         assert_eq!(ModelCard::from_json_bytes(json.as_bytes(), "x").unwrap(), card);
         let value: serde_json::Value = serde_json::from_str(&json).unwrap();
-        for key in ["task", "labels", "connection", "checkpoint", "trained_from", "command", "config"] {
+        for key in
+            ["task", "labels", "connection", "checkpoint", "trained_from", "command", "config"]
+        {
             assert!(value.get(key).is_some(), "{key} missing from {json}");
         }
-        let err = ModelCard::from_json_bytes(b"{\"labels\":[]}", "bundle/imbert.json").unwrap_err().to_string();
+        let err = ModelCard::from_json_bytes(b"{\"labels\":[]}", "bundle/imbert.json")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("bundle/imbert.json") && err.contains("task"), "{err}");
     }
 
@@ -267,11 +353,13 @@ mod tests {
             .map(|p| (p.name.clone(), p.to_host(&p.tensor).unwrap()))
             .collect();
         let (weights, _) = quantize_to_safetensors(&tensors).unwrap();
-        let vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "bad", "film", "movie"];
+        let vocab =
+            ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "bad", "film", "movie"];
         // One file per call: the tests run in parallel, and each removes its file.
         static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let vocab_path = std::env::temp_dir().join(format!("imbert-bundle-vocab-{}-{call}.txt", std::process::id()));
+        let vocab_path = std::env::temp_dir()
+            .join(format!("imbert-bundle-vocab-{}-{call}.txt", std::process::id()));
         std::fs::write(&vocab_path, vocab.join("\n")).unwrap();
         let tokenizer = BertTokenizer::from_vocab_file(&vocab_path, true).unwrap();
         let _ = std::fs::remove_file(&vocab_path);
@@ -284,14 +372,18 @@ mod tests {
 
     #[test]
     fn a_bundle_builds_the_model_it_was_made_from() {
-        let (config, tokenizer, weights, card, model) = tiny_bundle_files("im:T=2,gamma=0.1,layers=1-1", 3);
+        let (config, tokenizer, weights, card, model) =
+            tiny_bundle_files("im:T=2,gamma=0.1,layers=1-1", 3);
         let bundle = WebBundle::from_bytes(&config, &tokenizer, &weights, &card).unwrap();
         assert_eq!(bundle.num_labels(), 3);
         let device = Default::default();
         let loaded = bundle.classifier::<B>(&device).unwrap();
         assert_eq!(loaded.bert.encoder.connections[0], crate::Connection::Monotone);
         assert!(matches!(loaded.bert.encoder.connections[1], crate::Connection::Implicit(_)));
-        let batch = bundle.tokenizer.encode(&[("a good film", None), ("bad movie", Some("a film"))], 16).unwrap();
+        let batch = bundle
+            .tokenizer
+            .encode(&[("a good film", None), ("bad movie", Some("a film"))], 16)
+            .unwrap();
         let input = batch.to_input::<B>(&device);
         let model = model.with_connections(&bundle.card.connection_spec().unwrap()).unwrap();
         let expected = model.forward(&input, Default::default()).logits.unwrap();
@@ -304,7 +396,8 @@ mod tests {
     #[test]
     fn mismatched_files_are_refused() {
         let (config, tokenizer, weights, card, _) = tiny_bundle_files("bert", 2);
-        let err = WebBundle::from_bytes(&config, &tokenizer, &weights, &card).err().unwrap().to_string();
+        let err =
+            WebBundle::from_bytes(&config, &tokenizer, &weights, &card).err().unwrap().to_string();
         assert!(err.contains("3 outputs") && err.contains("2 labels"), "{err}");
         let (config, tokenizer, weights, card, _) = tiny_bundle_files("im:layers=0-7", 3);
         assert!(WebBundle::from_bytes(&config, &tokenizer, &weights, &card).is_err());

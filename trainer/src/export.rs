@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
+pub use shared::bundle::IndexEntry;
 use shared::bundle::{ModelCard, Quantization, WebBundle, CARD_FILE};
 use shared::checkpoint::{self, HostTensor};
 use shared::data::Task;
@@ -58,24 +59,6 @@ pub struct ExportArgs {
     pub allow_untrained: bool,
 }
 
-/// One entry of `index.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct IndexEntry {
-    pub id: String,
-    /// Relative to the site, with a trailing slash.
-    pub path: String,
-    pub task: String,
-    pub connection: String,
-    pub labels: Vec<String>,
-    /// Total size of the bundle's files (what the browser downloads).
-    pub bytes: u64,
-    pub metrics: BTreeMap<String, f64>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub did_not_learn: bool,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub untrained: bool,
-}
-
 /// `index.json`. Unknown fields of the file are kept.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SiteIndex {
@@ -101,7 +84,8 @@ pub fn run(args: ExportArgs) -> Result<()> {
     let (card, bytes) = export_web(&args, &bundle_dir)?;
     let index_path = args.site.join(INDEX_FILE);
     let mut index: SiteIndex = if index_path.exists() {
-        run::read_json(&index_path).context("the existing index is not a site index; fix or remove it")?
+        run::read_json(&index_path)
+            .context("the existing index is not a site index; fix or remove it")?
     } else {
         SiteIndex::default()
     };
@@ -134,10 +118,15 @@ fn check_name(name: &str) -> Result<()> {
 /// Writes the bundle and returns its card and total size in bytes.
 fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> {
     let source = &args.model;
-    let source_card = ModelCard::read(source).with_context(|| format!("reading {}", source.join(CARD_FILE).display()))?;
+    let source_card = ModelCard::read(source)
+        .with_context(|| format!("reading {}", source.join(CARD_FILE).display()))?;
     let task: Task = match (&args.task, &source_card) {
         (Some(flag), Some(card)) if flag.parse::<Task>()?.name() != card.task => {
-            bail!("--task {flag} contradicts {} (task {})", source.join(CARD_FILE).display(), card.task)
+            bail!(
+                "--task {flag} contradicts {} (task {})",
+                source.join(CARD_FILE).display(),
+                card.task
+            )
         }
         (Some(flag), _) => flag.parse()?,
         (None, Some(card)) => card.task.parse()?,
@@ -145,7 +134,9 @@ fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> 
     };
     let connection = match (&args.connection, &source_card) {
         (Some(spec), _) => ConnectionSpec::parse(spec).context("parsing --connection")?,
-        (None, Some(card)) => card.connection_spec().with_context(|| format!("{}: field `connection`", source.display()))?,
+        (None, Some(card)) => card
+            .connection_spec()
+            .with_context(|| format!("{}: field `connection`", source.display()))?,
         (None, None) => ConnectionSpec::default(),
     };
 
@@ -159,23 +150,38 @@ fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> 
     } else {
         checkpoint::read_pytorch_bin(&weights)?
     };
-    let (model, report) = checkpoint::load_from_tensors::<Cpu>(&config, tensors, Some(task.num_labels()), &weights, &device)
-        .with_context(|| format!("loading {} as a {task} classifier", source.display()))?;
+    let (model, report) = checkpoint::load_from_tensors::<Cpu>(
+        &config,
+        tensors,
+        Some(task.num_labels()),
+        &weights,
+        &device,
+    )
+    .with_context(|| format!("loading {} as a {task} classifier", source.display()))?;
     let model = model.with_connections(&connection)?;
-    let untrained = !report.initialized_fresh.is_empty() || source_card.as_ref().is_some_and(|c| c.untrained);
+    let untrained =
+        !report.initialized_fresh.is_empty() || source_card.as_ref().is_some_and(|c| c.untrained);
     if untrained && !args.allow_untrained {
         bail!(
             "{} has no trained classifier ({} initialised fresh): fine-tune it first, or pass \
              --allow-untrained to export it marked as untrained",
             source.display(),
-            if report.initialized_fresh.is_empty() { "its card says untrained".to_string() } else { report.initialized_fresh.join(", ") }
+            if report.initialized_fresh.is_empty() {
+                "its card says untrained".to_string()
+            } else {
+                report.initialized_fresh.join(", ")
+            }
         );
     }
     if source_card.is_none() {
-        tracing::warn!("{} has no {CARD_FILE}: the card will say nothing about how it was trained", source.display());
+        tracing::warn!(
+            "{} has no {CARD_FILE}: the card will say nothing about how it was trained",
+            source.display()
+        );
     }
 
-    let mut card = source_card.clone().unwrap_or_else(|| ModelCard::new(task.name(), Vec::new(), &connection));
+    let mut card =
+        source_card.clone().unwrap_or_else(|| ModelCard::new(task.name(), Vec::new(), &connection));
     card.name = args.name.clone();
     card.task = task.name().to_string();
     card.connection = connection.to_spec_string();
@@ -201,7 +207,11 @@ fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> 
     });
     eprintln!(
         "quantized {} matrices to int8: {} -> {} bytes, max |w - w'| = {:.3e} (in {})",
-        stats.int8_tensors, stats.f32_bytes, stats.bytes, stats.max_abs_error, stats.max_abs_error_key
+        stats.int8_tensors,
+        stats.f32_bytes,
+        stats.bytes,
+        stats.max_abs_error,
+        stats.max_abs_error_key
     );
 
     let tokenizer_json = match std::fs::read(source.join("tokenizer.json")) {
@@ -209,20 +219,33 @@ fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> 
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // Only vocab.txt: the browser gets the same WordPiece pipeline as tokenizer.json.
             let tokenizer = BertTokenizer::from_dir(source)?;
-            tokenizer.inner().to_string(false).map_err(|e| anyhow::anyhow!("serialising the tokenizer: {e}"))?.into_bytes()
+            tokenizer
+                .inner()
+                .to_string(false)
+                .map_err(|e| anyhow::anyhow!("serialising the tokenizer: {e}"))?
+                .into_bytes()
         }
-        Err(e) => return Err(e).with_context(|| format!("reading {}", source.join("tokenizer.json").display())),
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("reading {}", source.join("tokenizer.json").display()))
+        }
     };
 
     let mut out_config = model.config.clone();
     out_config.architectures = vec!["BertForSequenceClassification".into()];
-    out_config.id2label = Some(card.labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.clone())).collect());
+    out_config.id2label =
+        Some(card.labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.clone())).collect());
     out_config.extra.insert(
         "label2id".into(),
-        card.labels.iter().enumerate().map(|(i, l)| (l.clone(), serde_json::Value::from(i))).collect(),
+        card.labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.clone(), serde_json::Value::from(i)))
+            .collect(),
     );
 
-    let parent = bundle_dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent =
+        bundle_dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     let tmp = parent.join(format!(".{}.export-{}", args.name, std::process::id()));
     if tmp.exists() {
@@ -237,10 +260,12 @@ fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> 
     ];
     let mut total = 0u64;
     for (name, bytes) in &files {
-        std::fs::write(tmp.join(name), bytes).with_context(|| format!("writing {}", tmp.join(name).display()))?;
+        std::fs::write(tmp.join(name), bytes)
+            .with_context(|| format!("writing {}", tmp.join(name).display()))?;
         total += bytes.len() as u64;
     }
-    let check = verify(&tmp, &model).with_context(|| format!("checking the new bundle in {}", tmp.display()));
+    let check = verify(&tmp, &model)
+        .with_context(|| format!("checking the new bundle in {}", tmp.display()));
     let diff = match check {
         Ok(diff) => diff,
         Err(e) => {
@@ -248,7 +273,10 @@ fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> 
             return Err(e);
         }
     };
-    eprintln!("reloaded bundle vs f32 model: max |logit difference| = {diff:.3e} on {} probe inputs", PROBES.len());
+    eprintln!(
+        "reloaded bundle vs f32 model: max |logit difference| = {diff:.3e} on {} probe inputs",
+        PROBES.len()
+    );
     checkpoint::replace_dir(&tmp, bundle_dir)?;
     Ok((card, total))
 }
@@ -268,7 +296,9 @@ fn verify(dir: &Path, model: &BertClassifier<Cpu>) -> Result<f32> {
     let loaded = bundle.classifier::<Cpu>(&device)?;
     let batch = bundle.tokenizer.encode(&PROBES, model.max_len(64))?;
     let input = batch.to_input::<Cpu>(&device);
-    let logits = |m: &BertClassifier<Cpu>| m.forward(&input, ForwardOptions::default()).logits.context("no classifier");
+    let logits = |m: &BertClassifier<Cpu>| {
+        m.forward(&input, ForwardOptions::default()).logits.context("no classifier")
+    };
     let diff: f32 = (logits(model)? - logits(&loaded)?).abs().max().into_scalar();
     ensure!(diff.is_finite(), "the bundle's logits are not finite");
     Ok(diff)
@@ -318,7 +348,8 @@ fn add_run_metrics(card: &mut ModelCard, source: &Path, eval: Option<&Path>) -> 
     }
     for adv in &report.advglue {
         card.metrics.insert(format!("advglue/{}", adv.split), adv.adversarial.accuracy);
-        card.metrics.insert(format!("advglue/{}/clean_original", adv.split), adv.clean_original.accuracy);
+        card.metrics
+            .insert(format!("advglue/{}/clean_original", adv.split), adv.clean_original.accuracy);
     }
     card.did_not_learn = report.did_not_learn;
     Ok(())

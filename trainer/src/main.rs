@@ -1,6 +1,8 @@
 //! `trainer`: the command line of imbert-rs. Parses flags into settings and hands them to the
 //! library; errors are reported once, here.
 
+use std::io::IsTerminal;
+
 use clap::{Parser, Subcommand};
 use trainer::*;
 
@@ -10,7 +12,11 @@ use trainer::*;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "trainer", version, about = "IM-BERT: fine-tune, evaluate, attack and inspect BERT with implicit Euler connections")]
+#[command(
+    name = "trainer",
+    version,
+    about = "IM-BERT: fine-tune, evaluate, attack and inspect BERT with implicit Euler connections"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -47,6 +53,8 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only where a terminal reads them, not in a log file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     #[cfg(feature = "openblas")]
     if let Some(advice) = shared::blas::advice() {

@@ -239,7 +239,7 @@ fn run_cell<B: Backend>(args: &ReproduceArgs, cell: &Cell, dir: &Path, data_dir:
         config.command = format!("trainer reproduce --preset {preset} (cell {})", cell.dir_name());
         config
     };
-    let options = RunOptions { save_final: false, checkpoint_every: 50, resume };
+    let options = RunOptions { save_final: false, checkpoint_every: 50, progress_every: 50, resume };
     finetune::train::<burn::backend::Autodiff<B>>(&config, dir, &options, device)?;
     let target = EvalTarget {
         model_dir: dir.join("best"),

@@ -16,7 +16,42 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
+
+use crate::backend::BackendKind;
+
+/// The optimizer, written in `config.json` as `adamw` or `sgd`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    Adamw,
+    Sgd,
+}
+
+/// Adversarial training, written in `config.json` as `none`, `creat` or `pgd`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdvKind {
+    /// Plain fine-tuning.
+    None,
+    /// CreAT: PGD on the word embeddings against the task loss minus tau * cosine similarity of
+    /// the final encoder states (ICLR 2023).
+    Creat,
+    /// Vanilla PGD adversarial training: CreAT with tau = 0.
+    Pgd,
+}
+
+impl AdvKind {
+    /// The name in `config.json`, run names and report groups.
+    pub fn name(self) -> &'static str {
+        match self {
+            AdvKind::None => "none",
+            AdvKind::Creat => "creat",
+            AdvKind::Pgd => "pgd",
+        }
+    }
+}
 
 /// Everything that defines a fine-tuning run. Defaults follow the paper's protocol.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,7 +74,7 @@ pub struct RunConfig {
     pub batch_size: usize,
     pub grad_accum: usize,
     pub max_len: usize,
-    pub optimizer: String,
+    pub optimizer: OptimizerKind,
     pub lr: f64,
     pub weight_decay: f64,
     pub adam_eps: f64,
@@ -53,14 +88,13 @@ pub struct RunConfig {
     pub shuffle: bool,
     /// Overrides both dropout probabilities of the model when set.
     pub dropout: Option<f64>,
-    /// Adversarial training: `none`, `creat` or `pgd`.
-    pub adv: String,
+    pub adv: AdvKind,
     pub adv_epsilon: f64,
     pub adv_alpha: f64,
     pub adv_steps: usize,
     pub adv_tau: f64,
     pub adv_lambda: f64,
-    pub backend: String,
+    pub backend: BackendKind,
     /// The command line that started the run.
     pub command: String,
 }
@@ -114,7 +148,11 @@ pub struct LayerResidualCheck {
 impl ImResidualCheck {
     /// The IM layers whose residual rose in some iteration.
     pub fn overshooting_layers(&self) -> Vec<usize> {
-        self.layers.iter().filter(|l| !l.rises_after_iteration.is_empty()).map(|l| l.layer).collect()
+        self.layers
+            .iter()
+            .filter(|l| !l.rises_after_iteration.is_empty())
+            .map(|l| l.layer)
+            .collect()
     }
 }
 
@@ -184,23 +222,28 @@ pub struct EvalReport {
 }
 
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
 /// Writes JSON through a temporary file and a rename.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     let text = serde_json::to_string_pretty(value)?;
-    shared::checkpoint::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
+    shared::checkpoint::write_atomic(path, text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// All lines of a jsonl file.
 pub fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{}:{}", path.display(), i + 1)))
+        .map(|(i, l)| {
+            serde_json::from_str(l).with_context(|| format!("{}:{}", path.display(), i + 1))
+        })
         .collect()
 }
 
@@ -226,10 +269,46 @@ impl RunSummary {
         let config: RunConfig = read_json(&dir.join("config.json"))?;
         let metrics: Vec<EpochMetrics> = read_jsonl(&dir.join("metrics.jsonl"))?;
         let residuals_path = dir.join(IM_RESIDUALS_FILE);
-        let im_residuals = if residuals_path.exists() { Some(read_json(&residuals_path)?) } else { None };
+        let im_residuals =
+            if residuals_path.exists() { Some(read_json(&residuals_path)?) } else { None };
         let eval = read_json(&dir.join("eval.json"))?;
         let name = dir.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let train_seconds = metrics.last().map_or(0.0, |m| m.elapsed_s);
         Ok(Self { name, config, metrics, train_seconds, im_residuals, eval })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every committed summary still loads, its config serialises back to the very JSON that was
+    /// committed, and the adversarial setting still spells the run's name (`reproduce` skips a
+    /// cell by that name).
+    #[test]
+    fn committed_summaries_load_and_round_trip() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/runs");
+        let mut checked = 0;
+        for grid in std::fs::read_dir(&root).unwrap() {
+            for file in std::fs::read_dir(grid.unwrap().path()).unwrap() {
+                let path = file.unwrap().path();
+                if path.extension().is_none_or(|e| e != "json") {
+                    continue;
+                }
+                let raw: serde_json::Value = read_json(&path).unwrap();
+                let summary: RunSummary = read_json(&path).unwrap();
+                let config = &summary.config;
+                assert_eq!(
+                    serde_json::to_value(config).unwrap(),
+                    raw["config"],
+                    "{}",
+                    path.display()
+                );
+                let suffix = format!("-{}-s{}", config.adv.name(), config.seed);
+                assert!(summary.name.ends_with(&suffix), "{} vs {suffix}", summary.name);
+                checked += 1;
+            }
+        }
+        assert!(checked > 0, "no committed summary under {}", root.display());
     }
 }

@@ -1,0 +1,149 @@
+//! Finding run directories and reading each one (config, evaluation, FLOPs, IM residuals).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use shared::{BertConfig, ConnectionSpec};
+
+use crate::run::{read_json, EvalReport, ImResidualCheck, RunConfig, IM_RESIDUALS_FILE};
+
+/// Where a run's FLOPs per example come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlopsSource {
+    /// `eval.json`, at the evaluation's mean sequence length.
+    Eval,
+    /// `shared::flops` on the run's connection and model config, at `max_len` (an upper bound).
+    ComputedAtMaxLen,
+    /// Neither an `eval.json` nor a readable model config.
+    Unavailable,
+}
+
+/// One run directory as the report sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRecord {
+    /// The run directory.
+    pub dir: PathBuf,
+    /// Its `config.json`.
+    pub config: RunConfig,
+    /// `None`: the run has not been evaluated (no `eval.json`).
+    pub eval: Option<EvalReport>,
+    /// Forward FLOPs per example.
+    pub flops: Option<f64>,
+    pub flops_source: FlopsSource,
+    /// `im_residuals.json`: absent for runs without IM layers and runs from before the check.
+    pub im_residuals: Option<ImResidualCheck>,
+}
+
+impl RunRecord {
+    /// Whether `eval.json` says the model is near chance on clean data.
+    pub fn did_not_learn(&self) -> bool {
+        self.eval.as_ref().is_some_and(|e| e.did_not_learn)
+    }
+}
+
+/// Run directories at or below `root`: folders whose `config.json` is a [`RunConfig`]. The
+/// search does not descend into a run (its `best/` and `final/` hold HF configs), and skips other
+/// `config.json` files, such as a pretrained model's.
+pub fn find_run_dirs(root: &Path) -> Result<Vec<PathBuf>> {
+    let meta = std::fs::metadata(root).with_context(|| format!("reading {}", root.display()))?;
+    if !meta.is_dir() {
+        bail!("{} is not a directory", root.display());
+    }
+    let mut found = Vec::new();
+    collect_run_dirs(root, &mut found)?;
+    Ok(found)
+}
+
+fn collect_run_dirs(dir: &Path, found: &mut Vec<PathBuf>) -> Result<()> {
+    if is_run_dir(dir)? {
+        found.push(dir.to_path_buf());
+        return Ok(());
+    }
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        // Symlinked folders are not followed, so a link loop cannot trap the search.
+        if entry
+            .file_type()
+            .with_context(|| format!("reading {}", entry.path().display()))?
+            .is_dir()
+        {
+            children.push(entry.path());
+        }
+    }
+    children.sort();
+    for child in children {
+        collect_run_dirs(&child, found)?;
+    }
+    Ok(())
+}
+
+/// A `config.json` names a run when it has the run config's `task` and `connection` keys.
+fn is_run_dir(dir: &Path) -> Result<bool> {
+    let path = dir.join("config.json");
+    if !path.is_file() {
+        return Ok(false);
+    }
+    let value: serde_json::Value = read_json(&path)?;
+    Ok(value.get("task").is_some() && value.get("connection").is_some())
+}
+
+/// Reads one run: `config.json`, `eval.json` when present, and its FLOPs.
+pub fn load_run(dir: &Path) -> Result<RunRecord> {
+    let config: RunConfig = read_json(&dir.join("config.json"))?;
+    let eval_path = dir.join("eval.json");
+    let eval: Option<EvalReport> =
+        if eval_path.is_file() { Some(read_json(&eval_path)?) } else { None };
+    let (flops, flops_source) = match &eval {
+        Some(e) if e.flops_per_example.is_finite() && e.flops_per_example > 0.0 => {
+            (Some(e.flops_per_example), FlopsSource::Eval)
+        }
+        _ => match computed_flops(dir, &config) {
+            Some(f) => (Some(f), FlopsSource::ComputedAtMaxLen),
+            None => (None, FlopsSource::Unavailable),
+        },
+    };
+    let residuals_path = dir.join(IM_RESIDUALS_FILE);
+    let im_residuals =
+        if residuals_path.is_file() { Some(read_json(&residuals_path)?) } else { None };
+    Ok(RunRecord { dir: dir.to_path_buf(), config, eval, flops, flops_source, im_residuals })
+}
+
+/// Forward FLOPs at `max_len` from the model config the run saved (`best/`, `final/`) or started
+/// from. `None` when no config is readable or the connection does not fit it: the report then
+/// shows no FLOPs rather than failing on a number it only adds for convenience.
+fn computed_flops(dir: &Path, config: &RunConfig) -> Option<f64> {
+    let model = Path::new(&config.model);
+    let candidates = [
+        dir.join("best/config.json"),
+        dir.join("final/config.json"),
+        model.join("config.json"),
+        dir.join(model).join("config.json"),
+    ];
+    let bert = candidates.iter().find_map(|p| BertConfig::from_file(p).ok())?;
+    let connections =
+        ConnectionSpec::parse(&config.connection).ok()?.per_layer(bert.num_hidden_layers).ok()?;
+    Some(shared::flops::forward_flops(&bert, &connections, config.max_len, true))
+}
+
+/// Every run under `paths`, sorted by directory. A path that holds no run is an error, so a typo
+/// does not silently shrink a table.
+pub fn load_runs(paths: &[PathBuf]) -> Result<Vec<RunRecord>> {
+    let mut dirs = BTreeSet::new();
+    for path in paths {
+        let found = find_run_dirs(path)?;
+        if found.is_empty() {
+            bail!(
+                "no run directory (a config.json with `task` and `connection`) under {}",
+                path.display()
+            );
+        }
+        dirs.extend(found);
+    }
+    dirs.iter()
+        .map(|d| load_run(d).with_context(|| format!("loading run {}", d.display())))
+        .collect()
+}
