@@ -1,7 +1,8 @@
 //! Kernels for the plain CPU backend, where burn's composed ops are slow.
 //!
 //! burn-ndarray runs each elementwise op as its own pass over memory, on one thread; its `erf`
-//! goes element by element through f64 `libm` (13% of a MiniLM forward for GELU alone); and its
+//! goes element by element through f64 `libm` (GELU alone was a large share of a forward, see
+//! `docs/performance.md`); and its
 //! reshapes copy even contiguous arrays, so every `matmul` copied its inputs and output. When
 //! the backend is burn-ndarray with f32 data (inference: evaluation, attacks, IM's inner loop,
 //! the demo's CPU fallback), the functions here run one pass split over threads, and GEMMs on
@@ -37,8 +38,8 @@ macro_rules! train_node {
 
 /// Inverted-dropout keep mask shaped like `like`: `1 / (1 - p)` with probability `1 - p`, else 0.
 ///
-/// On the CPU, burn draws each element through a freshly built sampler (a tenth of a MiniLM
-/// training step). There the mask comes from a counter-based generator (SplitMix64 of the
+/// On the CPU, burn draws each element through a freshly built sampler, a cost that showed in
+/// every training step. There the mask comes from a counter-based generator (SplitMix64 of the
 /// element's index) split over threads, seeded by one draw from the backend's RNG, so `B::seed`
 /// still fixes every mask. Other devices draw it where the tensor lives.
 pub fn dropout_keep<B: Backend, const D: usize>(like: &Tensor<B, D>, p: f64) -> Tensor<B, D> {
@@ -108,8 +109,8 @@ pub fn gelu_output<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> 
 }
 
 /// `parts` joined along their last dimension (the fused q/k/v weight and bias). On burn-ndarray
-/// with f32 data, one multi-threaded pass of row copies: burn-ndarray's `cat` took 1.25 ms for
-/// MiniLM's `[384, 1152]` weight, on every layer call and on every IM iteration. Under autodiff,
+/// with f32 data, one multi-threaded pass of row copies: burn-ndarray's `cat` copies element by
+/// element on one thread, and the weight is joined on every layer call and every IM iteration. Under autodiff,
 /// burn's own `cat`, whose backward slices the gradient.
 pub fn concat<B: Backend, const D: usize>(parts: Vec<Tensor<B, D>>) -> Tensor<B, D> {
     let arrays: Option<Vec<SharedArray<f32>>> = parts.iter().map(|p| cpu_f32(p.clone()).ok()).collect();
@@ -260,7 +261,7 @@ fn linear_residual_cpu_f32<B: Backend, const D: usize>(
 ///
 /// With OpenBLAS, its own thread pool is switched off ([`crate::blas::calling_thread_only`]): its
 /// threads spin for a while after each GEMM, and on a small machine they took the cores from
-/// the rayon kernels between GEMMs (a third of a forward's profile was `sched_yield`). One pool
+/// the rayon kernels between GEMMs (`sched_yield` dominated the profile). One pool
 /// for everything avoids that. `matrixmultiply` threads itself and gets the product whole.
 fn gemm_by_rows(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayView2<f32>, bias: Option<&[f32]>) -> ndarray::Array2<f32> {
     let cols = b.ncols();
@@ -975,7 +976,7 @@ fn fold_lanes(x: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
 }
 
 /// `Phi(x)` with `erf` from Abramowitz & Stegun 7.1.26 (error below 1.5e-7): one `exp` and no
-/// branches, about twice as fast as `libm::erff`. In f32 the result is within 4e-7 of `Phi`
+/// branches, and it vectorises, where `libm::erff` is a call per element. In f32 the result is within 4e-7 of `Phi`
 /// (test below), near f32's resolution of `Phi` close to 1.
 #[inline(always)]
 fn cdf_f32(x: f32) -> f32 {
@@ -1182,7 +1183,7 @@ fn rows_in_place<B: Backend, const D: usize, const N: usize>(
 /// `K` new buffers of `rows` rows (buffer `i` has rows of `widths[i]` elements), filled block by
 /// block of `block_rows` rows by `kernel(first_row, blocks)` in parallel. Each block is zeroed on
 /// the thread that fills it, just before: `vec![0.0; n]` zeroed the whole output on the calling
-/// thread first, a single-threaded pass over every output (8% of a forward's profile).
+/// thread first, a single-threaded pass over every output.
 fn new_rows<const K: usize>(
     rows: usize,
     widths: [usize; K],
@@ -1201,7 +1202,8 @@ fn new_rows<const K: usize>(
 }
 
 /// [`new_rows`] without the zeroing, for kernels that write every element themselves (a GEMM
-/// with `beta = 0` or a bias as its initial `C`): the zeroing pass was 6% of a BERT forward.
+/// with `beta = 0` or a bias as its initial `C`): the zeroing pass is a whole extra pass over
+/// memory.
 ///
 /// # Safety
 /// `kernel` must initialise every element of every block it is given.
@@ -1313,8 +1315,7 @@ pub struct AdamWTensors<B: Backend, const D: usize> {
 ///
 /// On burn-ndarray with f32 data this is one pass over the four arrays, split over threads and
 /// written in place, with burn's arithmetic element by element (so the results are equal bit for
-/// bit). burn's optimizer makes about fifteen passes, one per op: 130 ms against 63 ms for a
-/// MiniLM update (the `train_step` bench). Elsewhere the tensors come back untouched as the
+/// bit). burn's optimizer makes about fifteen passes, one per op. Elsewhere the tensors come back untouched as the
 /// error, for burn's own optimizer.
 pub fn adamw_update<B: Backend, const D: usize>(
     step: &AdamWStep,
