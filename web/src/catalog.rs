@@ -3,58 +3,14 @@
 //! connection is preferred; otherwise another bundle of the task runs with the connection swapped
 //! in at inference, and the page says so (that model was not trained that way).
 
-use std::collections::BTreeMap;
-
 use serde::Deserialize;
+pub use shared::bundle::IndexEntry;
 use shared::{Connection, ConnectionSpec, ImplicitEuler};
 
 /// `models/index.json`, written by `trainer export --web --site DIR`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ModelIndex {
     pub models: Vec<IndexEntry>,
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct IndexEntry {
-    pub id: String,
-    /// Relative to the index, ending in `/`.
-    pub path: String,
-    pub task: String,
-    /// The connection it was trained with, as a spec (`bert`, `im:T=5,gamma=0.1,layers=3-5`).
-    pub connection: String,
-    #[serde(default)]
-    pub labels: Vec<String>,
-    /// Size of the bundle, for the progress bar and the cache key.
-    #[serde(default)]
-    pub bytes: u64,
-    /// Accuracies from the model card (`validation`, `glue_dev/TASK`, `advglue/TASK`, ...).
-    #[serde(default)]
-    pub metrics: BTreeMap<String, f64>,
-}
-
-impl IndexEntry {
-    /// The card's accuracies for people, clean ones first: a robustness number never appears
-    /// without the clean accuracy beside it.
-    pub fn metrics_summary(&self) -> String {
-        let pct = |k: &str| self.metrics.get(k).map(|v| format!("{:.1}%", 100.0 * v));
-        let task = &self.task;
-        let mut parts = Vec::new();
-        if let Some(v) = pct("validation") {
-            parts.push(format!("validation {v}"));
-        }
-        if let Some(v) = pct(&format!("glue_dev/{task}")) {
-            parts.push(format!("GLUE dev {v}"));
-        }
-        if let Some(v) = pct(&format!("advglue/{task}")) {
-            let clean = pct(&format!("advglue/{task}/clean_original")).map(|c| format!(" (their clean originals {c})")).unwrap_or_default();
-            parts.push(format!("AdvGLUE {v}{clean}"));
-        }
-        if parts.is_empty() {
-            "no accuracy recorded".into()
-        } else {
-            parts.join(" · ")
-        }
-    }
 }
 
 /// The three parts of the comparison.
@@ -88,7 +44,9 @@ impl Role {
     fn matches(self, connection: &Connection) -> bool {
         matches!(
             (self, connection),
-            (Role::Bert, Connection::Monotone) | (Role::Ex, Connection::Explicit) | (Role::Im, Connection::Implicit(_))
+            (Role::Bert, Connection::Monotone)
+                | (Role::Ex, Connection::Explicit)
+                | (Role::Im, Connection::Implicit(_))
         )
     }
 }
@@ -124,18 +82,26 @@ pub fn assign(index: &ModelIndex, task: &str) -> Result<Vec<Assignment>, String>
         .enumerate()
         .filter(|(_, m)| m.task == task)
         .map(|(i, m)| {
-            ConnectionSpec::parse(&m.connection).map(|s| (i, s)).map_err(|e| format!("model {}: {e}", m.id))
+            ConnectionSpec::parse(&m.connection)
+                .map(|s| (i, s))
+                .map_err(|e| format!("model {}: {e}", m.id))
         })
         .collect::<Result<_, _>>()?;
     let Some(first) = candidates.first().cloned() else {
         return Err(format!("no model for task {task}"));
     };
     // Borrowed weights come from the plain-BERT bundle when there is one.
-    let fallback = candidates.iter().find(|(_, s)| Role::Bert.matches(&s.connection)).cloned().unwrap_or(first);
+    let fallback = candidates
+        .iter()
+        .find(|(_, s)| Role::Bert.matches(&s.connection))
+        .cloned()
+        .unwrap_or(first);
     Ok(Role::ALL
         .into_iter()
         .map(|role| match candidates.iter().find(|(_, s)| role.matches(&s.connection)) {
-            Some((i, spec)) => Assignment { role, model: *i, spec: spec.clone(), borrowed_from: None },
+            Some((i, spec)) => {
+                Assignment { role, model: *i, spec: spec.clone(), borrowed_from: None }
+            }
             None => {
                 let connection = match role {
                     Role::Bert => Connection::Monotone,
@@ -165,6 +131,8 @@ pub fn with_iterations(spec: &ConnectionSpec, t: usize, gamma: f64) -> Connectio
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     fn index(entries: &[(&str, &str, &str)]) -> ModelIndex {
@@ -179,6 +147,8 @@ mod tests {
                     labels: vec![],
                     bytes: 0,
                     metrics: BTreeMap::new(),
+                    did_not_learn: false,
+                    untrained: false,
                 })
                 .collect(),
         }
@@ -186,7 +156,11 @@ mod tests {
 
     #[test]
     fn trained_bundles_play_their_own_parts() {
-        let idx = index(&[("b", "sst2", "bert"), ("i", "sst2", "im:T=5,gamma=0.1,layers=3-5"), ("r", "rte", "bert")]);
+        let idx = index(&[
+            ("b", "sst2", "bert"),
+            ("i", "sst2", "im:T=5,gamma=0.1,layers=3-5"),
+            ("r", "rte", "bert"),
+        ]);
         let roles = assign(&idx, "sst2").unwrap();
         assert_eq!(roles[0].model, 0);
         assert_eq!(roles[2].model, 1);
@@ -206,17 +180,24 @@ mod tests {
         assert!(roles.iter().all(|a| a.model == 0));
         assert!(matches!(roles[2].spec.connection, Connection::Implicit(_)));
         assert!(assign(&idx, "sst2").is_err());
-        assert!(assign(&index(&[("x", "rte", "nonsense")]), "rte").unwrap_err().contains("model x"));
+        assert!(assign(&index(&[("x", "rte", "nonsense")]), "rte")
+            .unwrap_err()
+            .contains("model x"));
     }
 
     #[test]
     fn metrics_show_clean_accuracy_beside_robustness() {
         let mut idx = index(&[("b", "sst2", "bert")]);
         assert_eq!(idx.models[0].metrics_summary(), "no accuracy recorded");
-        idx.models[0].metrics = [("validation", 0.836), ("glue_dev/sst2", 0.821), ("advglue/sst2", 0.405), ("advglue/sst2/clean_original", 0.786)]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
+        idx.models[0].metrics = [
+            ("validation", 0.836),
+            ("glue_dev/sst2", 0.821),
+            ("advglue/sst2", 0.405),
+            ("advglue/sst2/clean_original", 0.786),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
         assert_eq!(
             idx.models[0].metrics_summary(),
             "validation 83.6% · GLUE dev 82.1% · AdvGLUE 40.5% (their clean originals 78.6%)"
