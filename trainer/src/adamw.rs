@@ -88,7 +88,7 @@ mod tests {
         type Cpu = NdArray<f32>;
         let device = Default::default();
         let f32_tensor = |seed: u64, scale: f32| {
-            let mut rng = shared::data::SplitMix64::new(seed);
+            let mut rng = shared::rng::SplitMix64::new(seed);
             let values: Vec<f32> = (0..4 * 300)
                 .map(|_| scale * (2.0 * (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 - 1.0))
                 .collect();

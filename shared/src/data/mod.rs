@@ -53,5 +53,3 @@ pub use splits::{
 pub use task::{AttackLevel, Task};
 pub use train_subset::{parse_train_subset_json, read_train_subset_json};
 
-/// The crate's generator, here too because the trainer draws its seeds as `data::SplitMix64`.
-pub use crate::rng::SplitMix64;

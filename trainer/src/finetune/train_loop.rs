@@ -393,5 +393,5 @@ pub(super) fn to_batch<B: Backend>(
 
 /// Mixes the run seed and the step into one dropout seed.
 fn step_seed(seed: u64, step: usize) -> u64 {
-    data::SplitMix64::new(seed ^ (step as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_u64()
+    shared::rng::SplitMix64::new(seed ^ (step as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_u64()
 }
