@@ -8,11 +8,11 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::backend::{Autodiff, NdArray};
-use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{Int, Tensor, TensorData};
 use shared::checkpoint::load_for_task;
@@ -27,73 +27,95 @@ const BATCH: usize = 16;
 const SEQ: usize = 128;
 const REPS: usize = 3;
 
+/// The model, one fixed batch and the loss every timing shares.
+struct Setup {
+    base: BertClassifier<B>,
+    input: BertInput<B>,
+    labels: Tensor<B, 1, Int>,
+    ce: CrossEntropyLoss<B>,
+}
+
+impl Setup {
+    fn new(dir: &Path) -> Self {
+        let device = Default::default();
+        let (base, _) = load_for_task::<B>(dir, 2, &device).unwrap_or_else(|e| panic!("{e}: run `make model` first"));
+        let ids: Vec<i64> = (0..BATCH * SEQ)
+            .map(|i| match i % SEQ { 0 => 101, j if j == SEQ - 1 => 102, j => 1000 + (j as i64 * 7919 + i as i64) % 19000 })
+            .collect();
+        let t = |v: Vec<i64>| Tensor::<B, 2, Int>::from_data(TensorData::new(v, [BATCH, SEQ]), &device);
+        let input = BertInput { input_ids: t(ids), token_type_ids: t(vec![0; BATCH * SEQ]), attention_mask: t(vec![1; BATCH * SEQ]) };
+        let labels = Tensor::<B, 1, Int>::from_data(TensorData::new((0..BATCH as i64).map(|i| i % 2).collect::<Vec<_>>(), [BATCH]), &device);
+        Self { base, input, labels, ce: CrossEntropyLossConfig::new().init(&device) }
+    }
+
+    fn loss(&self, model: &BertClassifier<B>) -> Tensor<B, 1> {
+        self.ce.forward(model.forward(&self.input, ForwardOptions::default()).logits.unwrap(), self.labels.clone())
+    }
+}
+
+fn median(mut times: Vec<f64>) -> Option<f64> {
+    times.sort_by(f64::total_cmp);
+    times.get(times.len() / 2).copied()
+}
+
+/// Median seconds of a whole training step with our AdamW, after one warm-up step.
+fn time_steps(setup: &Setup, spec: &str) -> f64 {
+    let mut model = setup.base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
+    let mut optim = AdamW::new(0.9, 0.999, 1e-8, 0.0).init::<B, BertClassifier<B>>();
+    let mut times = Vec::new();
+    for rep in 0..=REPS {
+        let start = Instant::now();
+        let grads = GradientsParams::from_grads(setup.loss(&model).backward(), &model);
+        model = optim.step(2e-5, model, grads);
+        // Wait for the update to finish.
+        let _ = model.bert.pooler.dense.weight.val().into_data();
+        if rep > 0 {
+            times.push(start.elapsed().as_secs_f64());
+        }
+    }
+    median(times).unwrap_or(f64::NAN)
+}
+
+/// Median seconds of the update alone, ours then burn's `AdamW`, on fresh gradients (from the
+/// second step on, when the moments exist).
+fn time_updates(setup: &Setup) -> (f64, f64) {
+    let mut fused = AdamW::new(0.9, 0.999, 1e-8, 0.0).init::<B, BertClassifier<B>>();
+    let mut burns = AdamWConfig::new().with_epsilon(1e-8).with_weight_decay(0.0).init::<B, BertClassifier<B>>();
+    let (mut a, mut b) = (setup.base.clone(), setup.base.clone());
+    let (mut fused_times, mut burn_times) = (Vec::new(), Vec::new());
+    for rep in 0..=REPS {
+        let g = GradientsParams::from_grads(setup.loss(&a).backward(), &a);
+        let start = Instant::now();
+        a = fused.step(2e-5, a, g);
+        let _ = a.bert.pooler.dense.weight.val().into_data();
+        let fused_secs = start.elapsed().as_secs_f64();
+        let g = GradientsParams::from_grads(setup.loss(&b).backward(), &b);
+        let start = Instant::now();
+        b = burns.step(2e-5, b, g);
+        let _ = b.bert.pooler.dense.weight.val().into_data();
+        if rep > 0 {
+            fused_times.push(fused_secs);
+            burn_times.push(start.elapsed().as_secs_f64());
+        }
+    }
+    (median(fused_times).unwrap_or(f64::NAN), median(burn_times).unwrap_or(f64::NAN))
+}
+
 fn main() {
     shared::allocator::keep_freed_pages();
     let dir = std::env::var_os("IMBERT_MINILM")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/all-minilm-l6-v2"));
-    let device = Default::default();
-    let (base, _) = load_for_task::<B>(&dir, 2, &device).unwrap_or_else(|e| panic!("{e}: run `make model` first"));
-    let ids: Vec<i64> = (0..BATCH * SEQ)
-        .map(|i| match i % SEQ { 0 => 101, j if j == SEQ - 1 => 102, j => 1000 + (j as i64 * 7919 + i as i64) % 19000 })
-        .collect();
-    let t = |v: Vec<i64>| Tensor::<B, 2, Int>::from_data(TensorData::new(v, [BATCH, SEQ]), &device);
-    let input = BertInput { input_ids: t(ids), token_type_ids: t(vec![0; BATCH * SEQ]), attention_mask: t(vec![1; BATCH * SEQ]) };
-    let labels = Tensor::<B, 1, Int>::from_data(TensorData::new((0..BATCH as i64).map(|i| i % 2).collect::<Vec<_>>(), [BATCH]), &device);
-    let ce = CrossEntropyLossConfig::new().init(&device);
+    let setup = Setup::new(&dir);
 
     // `cargo bench --bench train_step -- bert` runs only the configs whose name contains "bert".
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-')).unwrap_or_default();
-    let mut ours = Vec::new();
-    for (name, spec) in [("bert", "bert"), ("im_all", "im:T=5,gamma=0.1")] {
-        if !name.contains(filter.as_str()) {
-            continue;
-        }
-        let mut model: BertClassifier<B> = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
-        let mut optim = AdamW::new(0.9, 0.999, 1e-8, 0.0).init::<B, BertClassifier<B>>();
-        let mut times = Vec::new();
-        for rep in 0..=REPS {
-            let start = Instant::now();
-            let logits = model.forward(&input, ForwardOptions::default()).logits.unwrap();
-            let loss = ce.forward(logits, labels.clone());
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            model = optim.step(2e-5, model, grads);
-            // Wait for the update to finish.
-            let _ = model.bert.pooler.dense.weight.val().into_data();
-            if rep > 0 {
-                times.push(start.elapsed().as_secs_f64());
-            }
-        }
-        times.sort_by(f64::total_cmp);
-        ours.push((name, times[times.len() / 2]));
-    }
-
-    // The update alone (from the second step on, when the moments exist), on fresh gradients.
-    let mut update_times = [Vec::new(), Vec::new()];
-    if "adamw".contains(filter.as_str()) || "bert".contains(filter.as_str()) {
-        let mut fused = AdamW::new(0.9, 0.999, 1e-8, 0.0).init::<B, BertClassifier<B>>();
-        let mut burns = AdamWConfig::new().with_epsilon(1e-8).with_weight_decay(0.0).init::<B, BertClassifier<B>>();
-        let (mut a, mut b) = (base.clone(), base.clone());
-        for rep in 0..=REPS {
-            let grads = |m: &BertClassifier<B>| {
-                let loss = ce.forward(m.forward(&input, ForwardOptions::default()).logits.unwrap(), labels.clone());
-                GradientsParams::from_grads(loss.backward(), m)
-            };
-            let g = grads(&a);
-            let start = Instant::now();
-            a = fused.step(2e-5, a, g);
-            let _ = a.bert.pooler.dense.weight.val().into_data();
-            let fused_secs = start.elapsed().as_secs_f64();
-            let g = grads(&b);
-            let start = Instant::now();
-            b = burns.step(2e-5, b, g);
-            let _ = b.bert.pooler.dense.weight.val().into_data();
-            if rep > 0 {
-                update_times[0].push(fused_secs);
-                update_times[1].push(start.elapsed().as_secs_f64());
-            }
-        }
-    }
+    let ours: Vec<(&str, f64)> = [("bert", "bert"), ("im_all", "im:T=5,gamma=0.1")]
+        .into_iter()
+        .filter(|(name, _)| name.contains(filter.as_str()))
+        .map(|(name, spec)| (name, time_steps(&setup, spec)))
+        .collect();
+    let updates = ("adamw".contains(filter.as_str()) || "bert".contains(filter.as_str())).then(|| time_updates(&setup));
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/train_step_torch.py");
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -113,11 +135,7 @@ fn main() {
             pt.map_or("n/a".into(), |p| format!("{:.2}x", secs / p))
         );
     }
-    let [fused, burns] = update_times.map(|mut t| {
-        t.sort_by(f64::total_cmp);
-        t.get(t.len() / 2).copied()
-    });
-    if let (Some(fused), Some(burns)) = (fused, burns) {
+    if let Some((fused, burns)) = updates {
         println!("AdamW update alone: ours {:.1} ms, burn's AdamW {:.1} ms ({:.2}x)", fused * 1e3, burns * 1e3, fused / burns);
     }
     if torch.is_none() {

@@ -120,7 +120,44 @@ fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> 
     let source = &args.model;
     let source_card = ModelCard::read(source)
         .with_context(|| format!("reading {}", source.join(CARD_FILE).display()))?;
-    let task: Task = match (&args.task, &source_card) {
+    let (task, connection) = task_and_connection(args, source_card.as_ref())?;
+    let (model, untrained) = load_model(source, task, &connection, source_card.as_ref())?;
+    if untrained.is_some() && !args.allow_untrained {
+        bail!(
+            "{} has no trained classifier ({}): fine-tune it first, or pass --allow-untrained \
+             to export it marked as untrained",
+            source.display(),
+            untrained.unwrap_or_default()
+        );
+    }
+    if source_card.is_none() {
+        tracing::warn!(
+            "{} has no {CARD_FILE}: the card will say nothing about how it was trained",
+            source.display()
+        );
+    }
+
+    let mut card = bundle_card(args, source_card, task, &connection, untrained.is_some())?;
+    let (int8, quantization) = quantize(&model)?;
+    card.quantization = Some(quantization);
+    let files: [(&str, Vec<u8>); 4] = [
+        ("config.json", serde_json::to_vec_pretty(&hf_config(&model, &card.labels))?),
+        ("tokenizer.json", tokenizer_json(source)?),
+        (WEB_WEIGHTS_FILE, int8),
+        (CARD_FILE, card.to_json()?.into_bytes()),
+    ];
+    let total = write_checked(&files, bundle_dir, &args.name, &model)?;
+    Ok((card, total))
+}
+
+/// The task and connection: the flags where given, else the source's card. A flag that
+/// contradicts the card's task is an error; a different connection is the point of the flag.
+fn task_and_connection(
+    args: &ExportArgs,
+    source_card: Option<&ModelCard>,
+) -> Result<(Task, ConnectionSpec)> {
+    let source = &args.model;
+    let task: Task = match (&args.task, source_card) {
         (Some(flag), Some(card)) if flag.parse::<Task>()?.name() != card.task => {
             bail!(
                 "--task {flag} contradicts {} (task {})",
@@ -132,16 +169,27 @@ fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> 
         (None, Some(card)) => card.task.parse()?,
         (None, None) => bail!("--task is required: {} has no {CARD_FILE}", source.display()),
     };
-    let connection = match (&args.connection, &source_card) {
+    let connection = match (&args.connection, source_card) {
         (Some(spec), _) => ConnectionSpec::parse(spec).context("parsing --connection")?,
         (None, Some(card)) => card
             .connection_spec()
             .with_context(|| format!("{}: field `connection`", source.display()))?,
         (None, None) => ConnectionSpec::default(),
     };
+    Ok((task, connection))
+}
 
-    // Build the model once: this normalises the checkpoint's names (`bert.` prefix, old
-    // LayerNorm names), drops unused heads and tells whether the classifier is trained.
+/// Loads the classifier with `connection`. The second value says why it counts as untrained
+/// (a head initialised fresh, or a card that says so), or is None for a trained one.
+///
+/// Building the model normalises the checkpoint's names (`bert.` prefix, old LayerNorm names)
+/// and drops unused heads, so the bundle's weights come from the model, not the file.
+fn load_model(
+    source: &Path,
+    task: Task,
+    connection: &ConnectionSpec,
+    source_card: Option<&ModelCard>,
+) -> Result<(BertClassifier<Cpu>, Option<String>)> {
     let device = Default::default();
     let config = BertConfig::from_file(&source.join("config.json"))?;
     let weights = checkpoint::weights_file(source)?;
@@ -158,53 +206,50 @@ fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> 
         &device,
     )
     .with_context(|| format!("loading {} as a {task} classifier", source.display()))?;
-    let model = model.with_connections(&connection)?;
-    let untrained =
-        !report.initialized_fresh.is_empty() || source_card.as_ref().is_some_and(|c| c.untrained);
-    if untrained && !args.allow_untrained {
-        bail!(
-            "{} has no trained classifier ({} initialised fresh): fine-tune it first, or pass \
-             --allow-untrained to export it marked as untrained",
-            source.display(),
-            if report.initialized_fresh.is_empty() {
-                "its card says untrained".to_string()
-            } else {
-                report.initialized_fresh.join(", ")
-            }
-        );
-    }
-    if source_card.is_none() {
-        tracing::warn!(
-            "{} has no {CARD_FILE}: the card will say nothing about how it was trained",
-            source.display()
-        );
-    }
+    let model = model.with_connections(connection)?;
+    let untrained = if !report.initialized_fresh.is_empty() {
+        Some(format!("{} initialised fresh", report.initialized_fresh.join(", ")))
+    } else if source_card.is_some_and(|c| c.untrained) {
+        Some("its card says untrained".to_string())
+    } else {
+        None
+    };
+    Ok((model, untrained))
+}
 
+/// The bundle's card: the source's card (or a new one) under the bundle's name, task and
+/// connection, with the run's metrics added.
+fn bundle_card(
+    args: &ExportArgs,
+    source_card: Option<ModelCard>,
+    task: Task,
+    connection: &ConnectionSpec,
+    untrained: bool,
+) -> Result<ModelCard> {
+    let had_card = source_card.is_some();
     let mut card =
-        source_card.clone().unwrap_or_else(|| ModelCard::new(task.name(), Vec::new(), &connection));
+        source_card.unwrap_or_else(|| ModelCard::new(task.name(), Vec::new(), connection));
     card.name = args.name.clone();
     card.task = task.name().to_string();
     card.connection = connection.to_spec_string();
     if card.labels.len() != task.num_labels() {
         card.labels = task.label_names().iter().map(|s| s.to_string()).collect();
     }
-    if card.trained_from.is_empty() && source_card.is_none() {
-        card.trained_from = source.display().to_string();
+    if card.trained_from.is_empty() && !had_card {
+        card.trained_from = args.model.display().to_string();
     }
     card.untrained = untrained;
-    add_run_metrics(&mut card, source, args.eval.as_deref())?;
+    add_run_metrics(&mut card, &args.model, args.eval.as_deref())?;
+    Ok(card)
+}
 
-    let named: BTreeMap<String, HostTensor> = checkpoint::hf_parameters(&model)
+/// The model's weights as int8 safetensors bytes, and what the quantisation cost.
+fn quantize(model: &BertClassifier<Cpu>) -> Result<(Vec<u8>, Quantization)> {
+    let named: BTreeMap<String, HostTensor> = checkpoint::hf_parameters(model)
         .into_iter()
         .map(|p| Ok((p.name.clone(), p.to_host(&p.tensor)?)))
         .collect::<Result<_, shared::Error>>()?;
     let (int8, stats) = quantize_to_safetensors(&named)?;
-    card.quantization = Some(Quantization {
-        scheme: SCHEME.to_string(),
-        bytes: stats.bytes as u64,
-        f32_bytes: stats.f32_bytes as u64,
-        max_abs_error: stats.max_abs_error,
-    });
     eprintln!(
         "quantized {} matrices to int8: {} -> {} bytes, max |w - w'| = {:.3e} (in {})",
         stats.int8_tensors,
@@ -213,58 +258,70 @@ fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> 
         stats.max_abs_error,
         stats.max_abs_error_key
     );
+    let quantization = Quantization {
+        scheme: SCHEME.to_string(),
+        bytes: stats.bytes as u64,
+        f32_bytes: stats.f32_bytes as u64,
+        max_abs_error: stats.max_abs_error,
+    };
+    Ok((int8, quantization))
+}
 
-    let tokenizer_json = match std::fs::read(source.join("tokenizer.json")) {
-        Ok(bytes) => bytes,
+/// The source's tokenizer.json; with only a vocab.txt, the same WordPiece pipeline serialised.
+fn tokenizer_json(source: &Path) -> Result<Vec<u8>> {
+    match std::fs::read(source.join("tokenizer.json")) {
+        Ok(bytes) => Ok(bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            // Only vocab.txt: the browser gets the same WordPiece pipeline as tokenizer.json.
             let tokenizer = BertTokenizer::from_dir(source)?;
-            tokenizer
+            let json = tokenizer
                 .inner()
                 .to_string(false)
-                .map_err(|e| anyhow::anyhow!("serialising the tokenizer: {e}"))?
-                .into_bytes()
+                .map_err(|e| anyhow::anyhow!("serialising the tokenizer: {e}"))?;
+            Ok(json.into_bytes())
         }
         Err(e) => {
-            return Err(e)
-                .with_context(|| format!("reading {}", source.join("tokenizer.json").display()))
+            Err(e).with_context(|| format!("reading {}", source.join("tokenizer.json").display()))
         }
-    };
+    }
+}
 
-    let mut out_config = model.config.clone();
-    out_config.architectures = vec!["BertForSequenceClassification".into()];
-    out_config.id2label =
-        Some(card.labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.clone())).collect());
-    out_config.extra.insert(
+/// The bundle's config.json: the model's config as a sequence classifier with its labels.
+fn hf_config(model: &BertClassifier<Cpu>, labels: &[String]) -> BertConfig {
+    let mut config = model.config.clone();
+    config.architectures = vec!["BertForSequenceClassification".into()];
+    config.id2label =
+        Some(labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.clone())).collect());
+    config.extra.insert(
         "label2id".into(),
-        card.labels
-            .iter()
-            .enumerate()
-            .map(|(i, l)| (l.clone(), serde_json::Value::from(i)))
-            .collect(),
+        labels.iter().enumerate().map(|(i, l)| (l.clone(), serde_json::Value::from(i))).collect(),
     );
+    config
+}
 
+/// Writes `files` into a temporary directory beside `bundle_dir`, reloads them as the browser
+/// will and compares with `model`, and only then renames the directory into place. Returns the
+/// bytes written.
+fn write_checked(
+    files: &[(&str, Vec<u8>)],
+    bundle_dir: &Path,
+    name: &str,
+    model: &BertClassifier<Cpu>,
+) -> Result<u64> {
     let parent =
         bundle_dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    let tmp = parent.join(format!(".{}.export-{}", args.name, std::process::id()));
+    let tmp = parent.join(format!(".{name}.export-{}", std::process::id()));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp)?;
     }
     std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let files: [(&str, Vec<u8>); 4] = [
-        ("config.json", serde_json::to_vec_pretty(&out_config)?),
-        ("tokenizer.json", tokenizer_json),
-        (WEB_WEIGHTS_FILE, int8),
-        (CARD_FILE, card.to_json()?.into_bytes()),
-    ];
     let mut total = 0u64;
-    for (name, bytes) in &files {
+    for (name, bytes) in files {
         std::fs::write(tmp.join(name), bytes)
             .with_context(|| format!("writing {}", tmp.join(name).display()))?;
         total += bytes.len() as u64;
     }
-    let check = verify(&tmp, &model)
+    let check = verify(&tmp, model)
         .with_context(|| format!("checking the new bundle in {}", tmp.display()));
     let diff = match check {
         Ok(diff) => diff,
@@ -278,7 +335,7 @@ fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> 
         PROBES.len()
     );
     checkpoint::replace_dir(&tmp, bundle_dir)?;
-    Ok((card, total))
+    Ok(total)
 }
 
 /// Inputs the freshly written bundle is checked on (a pair among them, for pair tasks).

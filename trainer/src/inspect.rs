@@ -8,7 +8,10 @@ use burn::tensor::{activation::softmax, Tensor};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use shared::checkpoint::{load_classifier, write_safetensors, HostTensor};
-use shared::{BertTokenizer, Connection, ConnectionSpec, ForwardOptions, ImplicitEuler};
+use shared::{
+    BertClassifier, BertInput, BertTokenizer, ClassifierOutput, Connection, ConnectionSpec, EncodedBatch,
+    ForwardOptions, ImplicitEuler,
+};
 
 use crate::backend::BackendKind;
 
@@ -201,18 +204,7 @@ fn print_grad_norms<B: burn::tensor::backend::AutodiffBackend>(args: &InspectArg
 }
 
 fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::Device) -> Result<()> {
-    let tokenizer = BertTokenizer::from_dir(&args.model).context("loading the tokenizer")?;
-    let (model, report) =
-        load_classifier::<B>(&args.model, args.num_labels, device).context("loading the model")?;
-    for name in &report.initialized_fresh {
-        tracing::warn!("{name} is not in {}: initialised fresh (random)", report.weights_file.display());
-    }
-    if !report.unused.is_empty() {
-        tracing::info!("{} checkpoint tensors unused (e.g. {})", report.unused.len(), report.unused[0]);
-    }
-    let model = model.with_connections(spec)?;
-    tokenizer.check_compatible(&model.config)?;
-
+    let (tokenizer, model) = load::<B>(args, spec, device)?;
     let items: Vec<(&str, Option<&str>)> = args
         .text
         .iter()
@@ -224,6 +216,64 @@ fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::De
     let options = ForwardOptions { hidden_states: true, im_residuals: true, ..Default::default() };
     let out = model.forward(&input, options);
 
+    // Per IM layer, per iteration run: ||r||^2 of each example, `[iteration][example]`.
+    let residuals: Vec<(usize, Vec<Vec<f32>>)> =
+        out.im_residuals.iter().map(|(layer, rs)| (*layer, rs.iter().cloned().map(to_vec).collect())).collect();
+    let labels = model.config.label_names(model.num_labels());
+    let fixed_steps = match spec.connection {
+        shared::Connection::Implicit(im) => im.step_rule == shared::StepRule::Fixed && im.tolerance.is_none(),
+        _ => true,
+    };
+    let report = Report {
+        model: args.model.clone(),
+        connection: spec.to_spec_string(),
+        items: item_reports(args, &model, &batch, &input, &out, &residuals, &labels),
+        labels,
+        fixed_steps,
+    };
+
+    if let Some(path) = &args.dump {
+        dump(path, &out, &batch, &residuals).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report);
+    }
+    Ok(())
+}
+
+/// The tokenizer and the classifier with `spec`'s connections; weights the checkpoint lacks are
+/// announced, since their outputs mean nothing.
+fn load<B: Backend>(
+    args: &InspectArgs,
+    spec: &ConnectionSpec,
+    device: &B::Device,
+) -> Result<(BertTokenizer, BertClassifier<B>)> {
+    let tokenizer = BertTokenizer::from_dir(&args.model).context("loading the tokenizer")?;
+    let (model, report) =
+        load_classifier::<B>(&args.model, args.num_labels, device).context("loading the model")?;
+    for name in &report.initialized_fresh {
+        tracing::warn!("{name} is not in {}: initialised fresh (random)", report.weights_file.display());
+    }
+    if !report.unused.is_empty() {
+        tracing::info!("{} checkpoint tensors unused (e.g. {})", report.unused.len(), report.unused[0]);
+    }
+    let model = model.with_connections(spec)?;
+    tokenizer.check_compatible(&model.config)?;
+    Ok((tokenizer, model))
+}
+
+/// One report per input: its tokens, outputs, mean hidden-state norms per layer and IM solves.
+fn item_reports<B: Backend>(
+    args: &InspectArgs,
+    model: &BertClassifier<B>,
+    batch: &EncodedBatch,
+    input: &BertInput<B>,
+    out: &ClassifierOutput<B>,
+    residuals: &[(usize, Vec<Vec<f32>>)],
+    labels: &[String],
+) -> Vec<ItemReport> {
     let mask = input.attention_mask.clone().float().unsqueeze_dim::<3>(2); // [b, s, 1]
     let lengths = mask.clone().sum_dim(1).reshape([batch.batch]); // [b]
     let norms: Vec<Vec<f32>> = out
@@ -238,15 +288,12 @@ fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::De
     let cls = to_vec(out.last_hidden_state.clone().slice([0..batch.batch, 0..1]).reshape([batch.batch, hidden]));
     let logits = out.logits.clone().map(to_vec);
     let probs = out.logits.clone().map(|l| to_vec(softmax(l, 1)));
-    let labels = model.config.label_names(model.num_labels());
-    let residuals: Vec<(usize, Vec<Vec<f32>>)> =
-        out.im_residuals.iter().map(|(layer, rs)| (*layer, rs.iter().cloned().map(to_vec).collect())).collect();
     // Per IM layer, per iteration run: the step each example took, `[iteration][example]`.
     let steps: Vec<Vec<Vec<f32>>> =
         out.im_solves.iter().map(|s| s.step_sizes.iter().cloned().map(to_vec).collect()).collect();
 
     let n = model.num_labels();
-    let items = (0..batch.batch)
+    (0..batch.batch)
         .map(|i| {
             let row = |v: &Vec<f32>| v[i * n..(i + 1) * n].to_vec();
             let probabilities = probs.as_ref().map(row);
@@ -275,22 +322,7 @@ fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::De
                     .collect(),
             }
         })
-        .collect();
-    let fixed_steps = match spec.connection {
-        shared::Connection::Implicit(im) => im.step_rule == shared::StepRule::Fixed && im.tolerance.is_none(),
-        _ => true,
-    };
-    let report = Report { model: args.model.clone(), connection: spec.to_spec_string(), labels, items, fixed_steps };
-
-    if let Some(path) = &args.dump {
-        dump(path, &out, &batch, &residuals).with_context(|| format!("writing {}", path.display()))?;
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_text(&report);
-    }
-    Ok(())
+        .collect()
 }
 
 fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {

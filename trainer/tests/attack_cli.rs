@@ -33,24 +33,22 @@ fn trainer() -> Command {
 
 #[test]
 fn attack_on_five_sst2_sentences_reports_consistent_metrics() {
+    let report = run_attack_on_five();
+    assert_eq!(report["connection"], "bert", "MiniLM has no imbert.json: plain BERT");
+    let results = report["results"].as_array().unwrap();
+    check_summary(&report["summary"], results);
+    check_results(results);
+}
+
+/// `trainer attack` on the first five SST-2 dev rows, by an untrained MiniLM classifier; returns
+/// its JSON report.
+fn run_attack_on_five() -> Value {
     let out_path =
         std::env::temp_dir().join(format!("imbert-attack-cli-{}.json", std::process::id()));
     let started = std::time::Instant::now();
     let out = trainer()
-        .args([
-            "attack",
-            "--task",
-            "sst2",
-            "--limit",
-            "5",
-            "--num-labels",
-            "2",
-            "--max-len",
-            "48",
-            "--k",
-            "8",
-        ])
-        .args(["--queries", &QUERIES.to_string(), "--seed", "3"])
+        .args(["attack", "--task", "sst2", "--limit", "5", "--num-labels", "2"])
+        .args(["--max-len", "48", "--k", "8", "--queries", &QUERIES.to_string(), "--seed", "3"])
         .arg("--model")
         .arg(minilm_dir())
         .arg("--data")
@@ -65,18 +63,21 @@ fn attack_on_five_sst2_sentences_reports_consistent_metrics() {
     assert!(out.status.success(), "trainer attack failed");
     assert!(stderr.contains("initialised fresh (random)"), "the fresh head is announced");
     assert!(stdout.contains("Attack success rate:"));
-
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    let report = serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
     std::fs::remove_file(&out_path).ok();
-    assert_eq!(report["connection"], "bert", "MiniLM has no imbert.json: plain BERT");
-    let s = &report["summary"];
-    let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"));
+    report
+}
+
+fn count(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// The summary's counts and rates agree with the per-sentence results.
+fn check_summary(s: &Value, results: &[Value]) {
     let (total, ok, failed, skipped) =
-        (n(&s["total"]), n(&s["succeeded"]), n(&s["failed"]), n(&s["skipped"]));
+        (count(&s["total"]), count(&s["succeeded"]), count(&s["failed"]), count(&s["skipped"]));
     assert_eq!(total, 5);
     assert_eq!(ok + failed + skipped, total);
-
-    let results = report["results"].as_array().unwrap();
     assert_eq!(results.len(), 5);
     let status = |name: &str| results.iter().filter(|r| r["status"] == name).count() as u64;
     assert_eq!((status("succeeded"), status("failed"), status("skipped")), (ok, failed, skipped));
@@ -91,21 +92,25 @@ fn attack_on_five_sst2_sentences_reports_consistent_metrics() {
         close(&s["attack_success_rate"], 100.0 * ok as f64 / (ok + failed) as f64);
         let attacked: Vec<&Value> = results.iter().filter(|r| r["status"] != "skipped").collect();
         let mean_queries =
-            attacked.iter().map(|r| n(&r["queries"]) as f64).sum::<f64>() / attacked.len() as f64;
+            attacked.iter().map(|r| count(&r["queries"]) as f64).sum::<f64>() / attacked.len() as f64;
         close(&s["avg_queries"], mean_queries);
     } else {
         assert!(s["attack_success_rate"].is_null());
     }
+}
 
+/// Each result: the right gold label, within the query and word budgets, and a status that
+/// matches its predictions.
+fn check_results(results: &[Value]) {
     // The first five SST-2 dev rows, in order, with their gold labels.
     let gold = [1, 0, 1, 1, 0];
     for (r, label) in results.iter().zip(gold) {
-        assert_eq!(n(&r["label"]), label);
-        assert!(n(&r["queries"]) <= QUERIES, "{r}");
+        assert_eq!(count(&r["label"]), label);
+        assert!(count(&r["queries"]) <= QUERIES, "{r}");
         let subs = r["substitutions"].as_array().unwrap();
-        let max_words = (0.3 * n(&r["num_words"]) as f64).ceil() as usize;
+        let max_words = (0.3 * count(&r["num_words"]) as f64).ceil() as usize;
         assert!(subs.len() <= max_words, "{r}");
-        let (pred, adv_pred) = (n(&r["original_prediction"]), n(&r["adversarial_prediction"]));
+        let (pred, adv_pred) = (count(&r["original_prediction"]), count(&r["adversarial_prediction"]));
         match r["status"].as_str().unwrap() {
             "skipped" => {
                 assert_ne!(pred, label);
