@@ -28,6 +28,11 @@ PY_PKGS := transformers==5.24.0 safetensors==0.8.0 numpy \
 	"cuda-bindings>=13.0.3,<14" nvidia-cudnn-cu13==9.26.0.51 nvidia-cusparselt-cu13==0.8.1 \
 	nvidia-nccl-cu13==2.30.7 nvidia-nvshmem-cu13==3.7.2
 PIP     := $(PY) -m pip install --disable-pip-version-check --no-cache-dir -q
+# The benchmark data (GLUE, AdvGLUE; ../shared/data/SOURCES.md) when it is beside the repository
+# or named by IMBERT_DATA, else the real 48-row sample committed in tests/fixtures/data, so that a
+# clone elsewhere still passes `make test` (its end-to-end model then trains on 38 sentences).
+FIXTURE_DATA := tests/fixtures/data
+DATA    ?= $(or $(IMBERT_DATA),$(if $(wildcard ../shared/data/normalized/sst2_train.jsonl),../shared/data,$(FIXTURE_DATA)))
 # Where `cargo install` puts the web tools (below), for shells that do not have it on PATH yet.
 export PATH := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin:$(PATH)
 
@@ -38,7 +43,8 @@ export PATH := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin:$(PATH)
 ## writes it and the recommended IM, and how far f32 is from f64. AdvGLUE SST-2 pairs when the
 ## data is there (../shared/data or IMBERT_DATA), else a few typed pairs. Tables to stdout,
 ## plots and JSON in report/probe.
-PROBE_PAIRS := $(if $(wildcard $(or $(IMBERT_DATA),../shared/data)/advglue/dev*.json),--limit 24, \
+PROBE_PAIRS := $(if $(and $(filter-out $(FIXTURE_DATA),$(DATA)),$(wildcard $(DATA)/advglue/dev*.json)), \
+	--data-dir $(DATA) --limit 24, \
 	--text "a gripping, heartfelt film" --perturbed "a gripping, heartfelt flim" \
 	--text "the premise is thin and the plot drags" --perturbed "the premise is thin and the plot draggs" \
 	--text "an utterly charming comedy" --perturbed "an utterly charming and not unfunny comedy")
@@ -168,10 +174,11 @@ site: web-tools
 ## model whose card says exactly how little it was trained. The demo itself uses `demo-models`.
 e2e-models: target/e2e/site/index.json
 
+E2E_SAMPLES := $(if $(filter $(FIXTURE_DATA),$(DATA)),--train-samples 38 --val-samples 10,--train-samples 400 --val-samples 100)
 target/e2e/site/index.json: model
 	rm -rf target/e2e/run  # a throwaway model: an interrupted earlier attempt must not block this one
 	$(CARGO) run -q -p trainer -- finetune --task sst2 --model $(MODEL) --data-dir $(DATA) \
-		--train-samples 400 --val-samples 100 --max-steps 40 --seed 0 --out target/e2e/run
+		$(E2E_SAMPLES) --max-steps 40 --seed 0 --out target/e2e/run
 	$(CARGO) run -q -p trainer -- export --web --model target/e2e/run/best \
 		--site target/e2e/site --name bert-sst2-quick
 
@@ -187,7 +194,6 @@ target/e2e/site/index.json: model
 ## resumes. CPU time on 2 cores (fine-tune, evaluate, export, evaluate the int8 bundle): ~2 min
 ## (bert-sst2, exbert-sst2), ~60 min (imbert-sst2), ~21 min (bert-mnli: most of it evaluating
 ## 19,647 MNLI dev pairs twice).
-DATA        ?= ../shared/data
 DEMO        := target/demo
 DEMO_RUNS   := $(DEMO)/runs
 DEMO_SITE   := $(DEMO)/site

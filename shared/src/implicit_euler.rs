@@ -371,6 +371,13 @@ impl ConnectionSpec {
     }
 }
 
+/// The canonical spec, as [`ConnectionSpec::to_spec_string`] writes it.
+impl std::fmt::Display for ConnectionSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_spec_string())
+    }
+}
+
 impl std::str::FromStr for ConnectionSpec {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self, Error> {

@@ -166,8 +166,8 @@ fn resolve(args: &EvalArgs) -> Result<(EvalTarget, Option<PathBuf>)> {
         let config: RunConfig = run::read_json(&run_dir.join("config.json"))?;
         let target = EvalTarget {
             model_dir: run_dir.join("best"),
-            task: config.task.parse()?,
-            connection: ConnectionSpec::parse(&config.connection)?,
+            task: config.task,
+            connection: config.connection.clone(),
         };
         return Ok((target, Some(args.out.clone().unwrap_or_else(|| run_dir.join("eval.json")))));
     }

@@ -170,7 +170,7 @@ fn subjects(args: &ProbeArgs) -> Result<Vec<Subject>> {
     for dir in &args.runs {
         let config: crate::run::RunConfig =
             crate::run::read_json(&dir.join("config.json")).with_context(|| format!("--run {}: not a run directory", dir.display()))?;
-        let spec = ConnectionSpec::parse(&config.connection).with_context(|| format!("the connection of {}", dir.display()))?;
+        let spec = config.connection.clone();
         let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
         subjects.push(Subject { model: dir.join("best"), spec, run: Some(name) });
     }

@@ -244,7 +244,7 @@ fn run_cell<B: Backend>(args: &ReproduceArgs, cell: &Cell, dir: &Path, data_dir:
     let target = EvalTarget {
         model_dir: dir.join("best"),
         task: cell.task,
-        connection: shared::ConnectionSpec::parse(&config.connection)?,
+        connection: config.connection.clone(),
     };
     let eval_args = EvalArgs {
         run: Some(dir.to_path_buf()),

@@ -19,6 +19,9 @@ use anyhow::{Context, Result};
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
+use shared::data::Task;
+use shared::ConnectionSpec;
+
 use crate::backend::BackendKind;
 
 /// The optimizer, written in `config.json` as `adamw` or `sgd`.
@@ -53,15 +56,31 @@ impl AdvKind {
     }
 }
 
+/// A connection in `config.json`: its canonical spec text, which run names are made from.
+mod spec_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use shared::ConnectionSpec;
+
+    pub fn serialize<S: Serializer>(spec: &ConnectionSpec, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&spec.to_spec_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ConnectionSpec, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        ConnectionSpec::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 /// Everything that defines a fine-tuning run. Defaults follow the paper's protocol.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
-    /// GLUE task name (`sst2`, `qqp`, `qnli`, `mnli`, `rte`).
-    pub task: String,
+    /// GLUE task, written as its name (`sst2`, `qqp`, `qnli`, `mnli`, `rte`).
+    pub task: Task,
     /// Pretrained HF BERT directory the run warm-starts from.
     pub model: String,
-    /// Connection spec (`bert`, `ex`, `im:T=5,gamma=0.1,layers=3-5`).
-    pub connection: String,
+    /// The connection, written as its canonical spec (`bert`, `ex`, `im:T=5,gamma=0.1,layers=3-5`).
+    #[serde(with = "spec_text")]
+    pub connection: ConnectionSpec,
     /// Training file (GLUE train, or a train subset); split 8:2 into train/validation.
     pub train_file: String,
     pub seed: u64,

@@ -83,6 +83,20 @@ impl fmt::Display for Task {
     }
 }
 
+/// Written as its AdvGLUE key (`"sst2"`, `"mnli-mm"`); read with the spellings `FromStr` takes.
+impl serde::Serialize for Task {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Task {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl FromStr for Task {
     type Err = DataError;
 
@@ -195,5 +209,17 @@ mod tests {
             assert_eq!(level.name().parse::<AttackLevel>().unwrap(), level);
         }
         assert!("phrase".parse::<AttackLevel>().is_err());
+    }
+
+    #[test]
+    fn tasks_serialise_as_their_advglue_keys() {
+        for task in Task::ALL {
+            let json = serde_json::to_string(&task).unwrap();
+            assert_eq!(json, format!("\"{}\"", task.name()));
+            assert_eq!(serde_json::from_str::<Task>(&json).unwrap(), task);
+        }
+        assert_eq!(serde_json::from_str::<Task>("\"SST-2\"").unwrap(), Task::Sst2);
+        let err = serde_json::from_str::<Task>("\"cola\"").unwrap_err().to_string();
+        assert!(err.contains("cola"), "{err}");
     }
 }

@@ -157,9 +157,9 @@ impl FinetuneArgs {
             }
         }
         Ok(RunConfig {
-            task: task.name().to_string(),
+            task,
             model: self.model.display().to_string(),
-            connection: self.connection_spec()?.to_spec_string(),
+            connection: self.connection_spec()?,
             train_file: train_file.display().to_string(),
             seed: self.seed,
             epochs: self.epochs,

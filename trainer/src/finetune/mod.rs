@@ -70,6 +70,7 @@ pub fn run(args: FinetuneArgs) -> Result<()> {
 pub fn default_run_dir(config: &RunConfig) -> PathBuf {
     let conn: String = config
         .connection
+        .to_spec_string()
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' })
         .collect();

@@ -53,7 +53,7 @@ fn connection_flags_build_a_spec() {
         "--im-layers",
         "1-2",
     ]);
-    assert_eq!(a.to_config().unwrap().connection, "im:T=3,gamma=0.2,layers=1-2");
+    assert_eq!(a.to_config().unwrap().connection.to_spec_string(), "im:T=3,gamma=0.2,layers=1-2");
     let bad =
         FinetuneArgs::try_parse_from_args(&["--task", "rte", "--train-file", "x", "--T", "3"]);
     assert!(bad.to_config().is_err());

@@ -12,7 +12,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use shared::checkpoint::{load_for_task, save_classifier};
 use shared::data::{self, Example, Task};
-use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
+use shared::{BertClassifier, BertTokenizer, ForwardOptions};
 
 use super::adversarial::adversarial_loss;
 use super::checkpoint::{restore_checkpoint, save_checkpoint, TrainState};
@@ -74,7 +74,7 @@ fn prepare<B: Backend>(
     config: &RunConfig,
     device: &B::Device,
 ) -> Result<(Setup, BertClassifier<B>)> {
-    let task: Task = config.task.parse()?;
+    let task = config.task;
     let model_dir = PathBuf::from(&config.model);
     let tokenizer = BertTokenizer::from_dir(&model_dir).context("loading the tokenizer")?;
     // A fresh head is drawn from the backend's RNG: seed it, so every run (and a resumed one)
@@ -94,7 +94,7 @@ fn prepare<B: Backend>(
         model.config.attention_probs_dropout_prob = p;
         model.config.classifier_dropout = Some(p);
     }
-    let spec = ConnectionSpec::parse(&config.connection)?;
+    let spec = config.connection.clone();
     let model = model.with_connections(&spec)?;
     tokenizer.check_compatible(&model.config)?;
     let max_len = model.max_len(config.max_len);

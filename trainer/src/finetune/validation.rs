@@ -9,8 +9,8 @@ use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 use shared::bundle::ModelCard;
 use shared::checkpoint::save_classifier;
-use shared::data::{Example, Task};
-use shared::{BertClassifier, BertTokenizer, ConnectionSpec};
+use shared::data::Example;
+use shared::{BertClassifier, BertTokenizer};
 
 use super::checkpoint::TrainState;
 use super::logging::{log, warn_if_exploding};
@@ -96,11 +96,11 @@ pub(super) fn write_model_card(
     which: &str,
     val_accuracy: Option<f64>,
 ) -> Result<()> {
-    let task: Task = config.task.parse()?;
+    let task = config.task;
     let mut card = ModelCard::new(
-        &config.task,
+        config.task.name(),
         task.label_names().iter().map(|s| s.to_string()).collect(),
-        &ConnectionSpec::parse(&config.connection)?,
+        &config.connection,
     );
     card.checkpoint = Some(which.to_string());
     card.trained_from = config.model.clone();

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use shared::{BertConfig, ConnectionSpec};
+use shared::BertConfig;
 
 use crate::run::{read_json, EvalReport, ImResidualCheck, RunConfig, IM_RESIDUALS_FILE};
 
@@ -125,7 +125,7 @@ fn computed_flops(dir: &Path, config: &RunConfig) -> Option<f64> {
     ];
     let bert = candidates.iter().find_map(|p| BertConfig::from_file(p).ok())?;
     let connections =
-        ConnectionSpec::parse(&config.connection).ok()?.per_layer(bert.num_hidden_layers).ok()?;
+        config.connection.per_layer(bert.num_hidden_layers).ok()?;
     Some(shared::flops::forward_flops(&bert, &connections, config.max_len, true))
 }
 

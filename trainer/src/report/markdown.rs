@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use shared::data::AttackLevel;
 
 use super::stats::{split_order, GroupSummary, Report, Stat};
-use super::{canonical_connection, GroupKey};
+use super::GroupKey;
 use crate::run::ImResidualCheck;
 
 /// `"91.2 ± 0.4"` in percent; `(n=k)` when fewer runs than the group's evaluated ones had it.
@@ -286,8 +286,8 @@ fn per_run_table(md: &mut String, report: &Report) {
         };
         let row = [
             run.dir.display().to_string(),
-            run.config.task.clone(),
-            canonical_connection(&run.config.connection),
+            run.config.task.to_string(),
+            run.config.connection.to_spec_string(),
             run.config.seed.to_string(),
             clean,
             adv,

@@ -26,7 +26,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use shared::ConnectionSpec;
 
 use crate::run::RunConfig;
 
@@ -85,19 +84,13 @@ impl GroupKey {
     /// This key's value for one run.
     pub fn value(self, config: &RunConfig) -> String {
         match self {
-            GroupKey::Task => config.task.clone(),
-            GroupKey::Connection => canonical_connection(&config.connection),
+            GroupKey::Task => config.task.to_string(),
+            GroupKey::Connection => config.connection.to_spec_string(),
             GroupKey::Model => config.model.clone(),
             GroupKey::Adv => config.adv.name().to_string(),
             GroupKey::TrainSamples => config.train_samples.map_or("full".into(), |n| n.to_string()),
         }
     }
-}
-
-/// The spec as `ConnectionSpec` writes it, so that `im:gamma=0.1,T=5` and `im:T=5,gamma=0.1`
-/// land in one group; an unparsable spec is kept as written.
-pub(super) fn canonical_connection(spec: &str) -> String {
-    ConnectionSpec::parse(spec).map_or_else(|_| spec.to_string(), |s| s.to_spec_string())
 }
 
 /// What [`write_report`] produced.

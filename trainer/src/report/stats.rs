@@ -9,7 +9,7 @@ use shared::data::{AttackLevel, Task};
 use shared::{Connection, ConnectionSpec};
 
 use super::load::{FlopsSource, RunRecord};
-use super::{canonical_connection, GroupKey};
+use super::GroupKey;
 use crate::run::EvalReport;
 
 /// Mean and sample standard deviation (`n - 1` in the denominator) over a group's runs.
@@ -207,8 +207,8 @@ fn summarise_group(values: Vec<String>, runs: &[&RunRecord]) -> GroupSummary {
         evals.iter().map(|e| e.examples_per_sec).filter(|v| v.is_finite() && *v > 0.0).collect();
     GroupSummary {
         values,
-        task: shared_value(&|r| r.config.task.clone()),
-        connection: shared_value(&|r| canonical_connection(&r.config.connection)),
+        task: shared_value(&|r| r.config.task.to_string()),
+        connection: shared_value(&|r| r.config.connection.to_spec_string()),
         runs: runs.iter().map(|r| r.dir.clone()).collect(),
         seeds: runs.iter().map(|r| r.config.seed).collect(),
         evaluated: evals.len(),

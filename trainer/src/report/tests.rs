@@ -12,9 +12,9 @@ use crate::run::{
 
 fn run_config(task: &str, connection: &str, seed: u64) -> RunConfig {
     RunConfig {
-        task: task.into(),
+        task: task.parse().unwrap(),
         model: "models/none".into(),
-        connection: connection.into(),
+        connection: ConnectionSpec::parse(connection).unwrap(),
         train_file: "train.tsv".into(),
         seed,
         epochs: 3,
@@ -61,9 +61,9 @@ struct Split {
 
 fn eval(config: &RunConfig, splits: &[Split], did_not_learn: bool) -> EvalReport {
     EvalReport {
-        task: config.task.clone(),
+        task: config.task.to_string(),
         model: "best".into(),
-        connection: config.connection.clone(),
+        connection: config.connection.to_spec_string(),
         clean: splits
             .iter()
             .map(|s| CleanResult {
