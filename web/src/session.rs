@@ -20,9 +20,10 @@ use crate::runtime::{Cpu, Gpu, Runtime};
 /// The longest input the demo runs; longer text is cut, and the page says so.
 pub const MAX_TOKENS: usize = 128;
 
+/// A model on whichever backend the page runs; boxed, as the two differ in size.
 enum AnyModel {
-    Gpu(BertClassifier<Gpu>),
-    Cpu(BertClassifier<Cpu>),
+    Gpu(Box<BertClassifier<Gpu>>),
+    Cpu(Box<BertClassifier<Cpu>>),
 }
 
 /// A bundle on the device.
@@ -88,8 +89,8 @@ pub async fn load(session: &Shared, model: usize, progress: impl Fn(u64, u64)) -
         Some(word_neighbours(&bundle)?)
     };
     let model_on_device = match &runtime {
-        Runtime::WebGpu(device) => AnyModel::Gpu(bundle.classifier::<Gpu>(device).map_err(|e| e.to_string())?),
-        Runtime::Cpu => AnyModel::Cpu(bundle.classifier::<Cpu>(&Default::default()).map_err(|e| e.to_string())?),
+        Runtime::WebGpu(device) => AnyModel::Gpu(Box::new(bundle.classifier::<Gpu>(device).map_err(|e| e.to_string())?)),
+        Runtime::Cpu => AnyModel::Cpu(Box::new(bundle.classifier::<Cpu>(&Default::default()).map_err(|e| e.to_string())?)),
     };
     // The host copy of the weights goes here; the tokenizer and card move out of it.
     let WebBundle { tokenizer, card, .. } = bundle;

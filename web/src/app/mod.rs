@@ -121,7 +121,7 @@ fn Header(status: Signal<Status>) -> impl IntoView {
     };
     let download = move || {
         let (got, total) = demo.download.get();
-        (total > 0 && got < total).then(|| (got as f64, total as f64))
+        (total > 0 && got < total).then_some((got as f64, total as f64))
     };
     view! {
         <header>
