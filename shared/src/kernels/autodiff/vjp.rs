@@ -66,11 +66,11 @@ pub(in crate::kernels) fn gelu_backward<B: Backend, const D: usize>(
 fn gelu_backward_input<const D: usize>(g: Tensor<Inner, D>, d: &Tensor<Inner, D>, x: &Tensor<Inner, D>) -> Tensor<Inner, D> {
     let kernel = |_: usize, g: &mut [f32], [d, x]: [&[f32]; 2]| {
         for ((g, &d), &x) in g.iter_mut().zip(d).zip(x) {
-            *g *= d * kernels::pdf_f32(x) * (1.0 - x * x);
+            *g *= d * kernels::simd::pdf_f32(x) * (1.0 - x * x);
         }
     };
     kernels::rows_in_place(g, [d, x], kernel)
-        .unwrap_or_else(|g| g * d.clone() * kernels::normal_pdf(x) * (x.clone() * x.clone()).neg().add_scalar(1.0))
+        .unwrap_or_else(|g| g * d.clone() * kernels::activation::normal_pdf(x) * (x.clone() * x.clone()).neg().add_scalar(1.0))
 }
 
 /// [`kernels::layer_norm_backward`], `o = r (h - mean(h) - x_hat mean(h x_hat))` with
