@@ -25,7 +25,6 @@ use std::mem::MaybeUninit;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_ndarray::{NdArrayTensor, SharedArray};
-use ndarray::ArrayD;
 
 /// Runs the autodiff node when `B` is `Autodiff<NdArray<f32>>` (see [`autodiff`]).
 macro_rules! train_node {
@@ -165,6 +164,49 @@ fn for_blocks(buf: &mut [f32], block: usize, f: impl Fn(&mut [f32]) + Send + Syn
     buf.chunks_mut(block).for_each(f);
 }
 
+/// Runs an elementwise update on the CPU for code outside this module (the trainer's fused
+/// AdamW): when `B` is burn-ndarray holding f32 and every tensor has `written[0]`'s shape,
+/// `kernel(written, read)` runs on matching blocks of `block` elements of each tensor's data, in
+/// parallel where there are threads, and `written` comes back holding what the kernel wrote.
+/// Otherwise (another backend or dtype, or a shape that differs) `written` comes back as the
+/// error, its data as it was.
+///
+/// A written tensor is updated in place when nothing else holds its buffer, else copied first;
+/// the read ones are never copied (unless they are not row-major).
+pub fn elementwise_in_place<B: Backend, const D: usize, const W: usize, const R: usize>(
+    written: [Tensor<B, D>; W],
+    read: [&Tensor<B, D>; R],
+    block: usize,
+    kernel: impl Fn([&mut [f32]; W], [&[f32]; R]) + Send + Sync,
+) -> Result<[Tensor<B, D>; W], [Tensor<B, D>; W]> {
+    let arrays = written.map(cpu_f32);
+    let inputs = read.map(|t| cpu_f32(t.clone()).ok());
+    let shape = arrays.first().and_then(|a| a.as_ref().ok()).map(|a| a.shape().to_vec());
+    let fits = |a: Option<&SharedArray<f32>>| a.is_some_and(|a| shape.as_deref() == Some(a.shape()));
+    if !(arrays.iter().all(|a| fits(a.as_ref().ok())) && inputs.iter().all(|a| fits(a.as_ref()))) {
+        return Err(arrays.map(|a| a.map_or_else(|t| t, from_cpu_f32)));
+    }
+    let mut arrays = arrays.map(|a| a.unwrap_or_else(|_| unreachable!("checked above")));
+    let inputs = inputs.map(|a| a.expect("checked above"));
+    let (block, n) = (block.max(1), shape.map_or(0, |s| s.iter().product::<usize>()));
+    {
+        let mut outs = arrays.each_mut().map(|a| a.as_slice_mut().expect("standard layout is contiguous").chunks_mut(block));
+        let mut ins = inputs.each_ref().map(|a| a.as_slice().expect("standard layout").chunks(block));
+        let parts: Vec<_> = (0..n.div_ceil(block))
+            .map(|_| (outs.each_mut().map(|c| c.next().expect("n elements")), ins.each_mut().map(|c| c.next().expect("n elements"))))
+            .collect();
+        let run = |(outs, ins): ([&mut [f32]; W], [&[f32]; R])| kernel(outs, ins);
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use rayon::prelude::*;
+            parts.into_par_iter().for_each(run);
+        }
+        #[cfg(target_arch = "wasm32")]
+        parts.into_iter().for_each(run);
+    }
+    Ok(arrays.map(from_cpu_f32))
+}
+
 /// `K` new buffers of `rows` rows (buffer `i` has rows of `widths[i]` elements), filled block by
 /// block of `block_rows` rows by `kernel(first_row, blocks)` in parallel. Each block is zeroed on
 /// the thread that fills it, just before: `vec![0.0; n]` zeroed the whole output on the calling
@@ -227,93 +269,4 @@ unsafe fn new_rows_uninit<const K: usize>(
         unsafe { buffer.set_len(rows * width) };
     }
     buffers
-}
-
-/// AdamW's settings at one optimizer step, for [`adamw_update`].
-#[derive(Clone, Copy, Debug)]
-pub struct AdamWStep {
-    pub lr: f64,
-    pub beta_1: f32,
-    pub beta_2: f32,
-    pub epsilon: f32,
-    /// Decoupled weight decay.
-    pub weight_decay: f32,
-    /// Steps taken including this one (1 at the first), for the bias corrections.
-    pub time: usize,
-}
-
-/// The tensors of one parameter's AdamW update: the parameter, its gradient and the moments
-/// (`None` before the first step, i.e. zero).
-pub struct AdamWTensors<B: Backend, const D: usize> {
-    pub param: Tensor<B, D>,
-    pub grad: Tensor<B, D>,
-    pub moments: Option<(Tensor<B, D>, Tensor<B, D>)>,
-}
-
-/// One AdamW update as burn's `AdamW` computes it, returning `[param, moment_1, moment_2]`
-/// after the step: `m = b1 m + (1 - b1) g`, `v = b2 v + (1 - b2) g^2`,
-/// `param = param (1 - lr wd) - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)`.
-///
-/// On burn-ndarray with f32 data this is one pass over the four arrays, split over threads and
-/// written in place, with burn's arithmetic element by element (so the results are equal bit for
-/// bit). burn's optimizer makes about fifteen passes, one per op. Elsewhere the tensors come back untouched as the
-/// error, for burn's own optimizer.
-pub fn adamw_update<B: Backend, const D: usize>(
-    step: &AdamWStep,
-    tensors: AdamWTensors<B, D>,
-) -> Result<[Tensor<B, D>; 3], AdamWTensors<B, D>> {
-    let AdamWTensors { param, grad, moments } = tensors;
-    let mut param = match cpu_f32(param) {
-        Ok(p) => p,
-        Err(param) => return Err(AdamWTensors { param, grad, moments }),
-    };
-    let back = |param, grad, moments| Err(AdamWTensors { param: from_cpu_f32(param), grad, moments });
-    let grad = match cpu_f32(grad) {
-        Ok(g) if g.shape() == param.shape() => g,
-        Ok(g) => return back(param, from_cpu_f32(g), moments),
-        Err(grad) => return back(param, grad, moments),
-    };
-    let (mut m, mut v) = match moments {
-        None => (ArrayD::zeros(param.raw_dim()).into_shared(), ArrayD::zeros(param.raw_dim()).into_shared()),
-        Some((m, v)) => match (cpu_f32(m), cpu_f32(v)) {
-            (Ok(m), Ok(v)) if m.shape() == param.shape() && v.shape() == param.shape() => (m, v),
-            (m, v) => {
-                let restore = |a: Result<SharedArray<f32>, Tensor<B, D>>| a.map_or_else(|t| t, from_cpu_f32);
-                return back(param, from_cpu_f32(grad), Some((restore(m), restore(v))));
-            }
-        },
-    };
-    let AdamWStep { lr, beta_1, beta_2, epsilon, weight_decay, time } = *step;
-    let (factor_1, factor_2) = (1.0 - beta_1, 1.0 - beta_2);
-    let time = time.min(i32::MAX as usize) as i32;
-    let (correction_1, correction_2) = (1.0 - beta_1.powi(time), 1.0 - beta_2.powi(time));
-    let decay_rate = lr * weight_decay as f64;
-    let (keep, lr) = ((1.0 - decay_rate) as f32, lr as f32);
-    let g = grad.as_slice().expect("standard layout");
-    let slices = (
-        param.as_slice_mut().expect("standard layout"),
-        m.as_slice_mut().expect("standard layout"),
-        v.as_slice_mut().expect("standard layout"),
-    );
-    // The same operations in the same order as burn's optimizer, element by element.
-    let update = |(p, m, v, g): (&mut [f32], &mut [f32], &mut [f32], &[f32])| {
-        for i in 0..p.len() {
-            m[i] = m[i] * beta_1 + g[i] * factor_1;
-            v[i] = v[i] * beta_2 + (g[i] * g[i]) * factor_2;
-            let delta = (m[i] / correction_1) / ((v[i] / correction_2).sqrt() + epsilon);
-            let decayed = if decay_rate == 0.0 { p[i] } else { p[i] * keep };
-            p[i] = decayed - delta * lr;
-        }
-    };
-    const BLOCK: usize = 1 << 15;
-    let blocks = slices.0.chunks_mut(BLOCK).zip(slices.1.chunks_mut(BLOCK)).zip(slices.2.chunks_mut(BLOCK)).zip(g.chunks(BLOCK));
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use rayon::prelude::*;
-        let blocks: Vec<_> = blocks.map(|(((p, m), v), g)| (p, m, v, g)).collect();
-        blocks.into_par_iter().for_each(update);
-    }
-    #[cfg(target_arch = "wasm32")]
-    blocks.map(|(((p, m), v), g)| (p, m, v, g)).for_each(update);
-    Ok([from_cpu_f32(param), from_cpu_f32(m), from_cpu_f32(v)])
 }

@@ -577,3 +577,26 @@ fn normal_cdf_node_gradient_is_the_density() {
         assert!((gi - pdf).abs() < 1e-6, "{gi} vs {pdf}");
     }
 }
+
+/// The public runner on blocks that do not divide the data evenly, with a written buffer held
+/// elsewhere (copied, the holder unchanged); and the tensors handed back as they were when a
+/// shape differs or the data is not f32.
+#[test]
+fn elementwise_in_place_updates_cpu_f32_and_hands_back_the_rest() {
+    let (a, b) = (noise(1000, 1.0), noise(1001, 1.0)[1..].to_vec());
+    let (x, y) = (f32_tensor::<Cpu, 2>(a.clone(), [10, 100]), f32_tensor::<Cpu, 2>(b.clone(), [10, 100]));
+    let kernel = |[s, p]: [&mut [f32]; 2], [y]: [&[f32]; 1]| {
+        s.iter_mut().zip(p.iter_mut()).zip(y).for_each(|((s, p), y)| (*s, *p) = (*s + y, *p * y));
+    };
+    let [sum, product] = elementwise_in_place([x.clone(), x.clone()], [&y], 64, kernel).expect("CPU f32 data");
+    assert_eq!(values(sum), a.iter().zip(&b).map(|(a, b)| a + b).collect::<Vec<_>>());
+    assert_eq!(values(product), a.iter().zip(&b).map(|(a, b)| a * b).collect::<Vec<_>>());
+    assert_eq!(values(x.clone()), a);
+    let other_shape = f32_tensor::<Cpu, 2>(b.clone(), [100, 10]);
+    let [back, _] = elementwise_in_place([x.clone(), x], [&other_shape], 64, kernel).expect_err("shapes differ");
+    assert_eq!(values(back), a);
+    let f64_data = tensor_of::<NdArray<f64>, 2>(a.clone(), [10, 100], DType::F64);
+    let y64 = tensor_of::<NdArray<f64>, 2>(b, [10, 100], DType::F64);
+    let [back, _] = elementwise_in_place([f64_data.clone(), f64_data], [&y64], 64, kernel).expect_err("f64 data");
+    assert_eq!(values(back), a);
+}
