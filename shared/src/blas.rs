@@ -82,7 +82,7 @@ pub(crate) unsafe fn sgemm(a_layout: Layout, b_layout: Layout, [m, n, k]: [usize
 }
 
 /// Makes OpenBLAS run each GEMM on the thread that calls it, once per process: the kernels
-/// split GEMMs over rayon's pool themselves (see `kernels::gemm_by_rows`), so a second pool
+/// split GEMMs over rayon's pool themselves (see `kernels::gemm::gemm_by_rows`), so a second pool
 /// would only compete with the first for the same cores.
 #[cfg(feature = "openblas")]
 pub(crate) fn calling_thread_only() {

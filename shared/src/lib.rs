@@ -3,8 +3,8 @@
 //!
 //! - [`implicit_euler`]: the connections (BERT, EX-BERT, IM-BERT) and Algorithm 1.
 //! - [`layer`]: one BERT layer `phi_t` and its hand-written vector-Jacobian product.
-//! - [`kernels`]: fused CPU kernels (GEMMs on views, GELU, softmax, LayerNorm, dropout mask,
-//!   AdamW update), also as autodiff nodes for CPU training.
+//! - [`kernels`]: fused CPU kernels (GEMMs on views, GELU, softmax, LayerNorm, dropout mask),
+//!   also as autodiff nodes for CPU training.
 //! - [`model`]: embeddings, encoder, pooler and classification head.
 //! - [`checkpoint`]: HF directories in and out; [`tokenizer`]: WordPiece batches.
 //! - [`quantize`], [`bundle`]: int8 weights, model cards and the browser's model bundles.

@@ -1,13 +1,13 @@
 //! AdamW: burn's optimizer, with each parameter's update fused into one multi-threaded pass on
-//! the CPU backend ([`shared::kernels::adamw_update`]). The state is burn's own `AdamWState`,
-//! so checkpoints are the same files either way.
+//! the CPU backend ([`adamw_update`]). The state is burn's own `AdamWState`, so checkpoints are
+//! the same files either way.
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamWConfig, AdamWState, AdaptiveMomentumState, LearningRate, SimpleOptimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
-use shared::kernels::{adamw_update, AdamWStep, AdamWTensors};
+use shared::kernels::elementwise_in_place;
 
 /// AdamW with PyTorch's arithmetic (decoupled weight decay, bias-corrected moments), computing
 /// exactly what burn's `AdamW` computes.
@@ -72,6 +72,63 @@ impl<B: Backend> SimpleOptimizer<B> for AdamW {
     fn to_device<const D: usize>(state: Self::State<D>, device: &B::Device) -> Self::State<D> {
         <burn::optim::AdamW as SimpleOptimizer<B>>::to_device(state, device)
     }
+}
+
+/// AdamW's settings at one optimizer step, for [`adamw_update`].
+#[derive(Clone, Copy, Debug)]
+pub struct AdamWStep {
+    pub lr: f64,
+    pub beta_1: f32,
+    pub beta_2: f32,
+    pub epsilon: f32,
+    /// Decoupled weight decay.
+    pub weight_decay: f32,
+    /// Steps taken including this one (1 at the first), for the bias corrections.
+    pub time: usize,
+}
+
+/// The tensors of one parameter's AdamW update: the parameter, its gradient and the moments
+/// (`None` before the first step, i.e. zero).
+pub struct AdamWTensors<B: Backend, const D: usize> {
+    pub param: Tensor<B, D>,
+    pub grad: Tensor<B, D>,
+    pub moments: Option<(Tensor<B, D>, Tensor<B, D>)>,
+}
+
+/// One AdamW update as burn's `AdamW` computes it, returning `[param, moment_1, moment_2]`
+/// after the step: `m = b1 m + (1 - b1) g`, `v = b2 v + (1 - b2) g^2`,
+/// `param = param (1 - lr wd) - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)`.
+///
+/// On burn-ndarray with f32 data this is one pass over the four arrays, split over threads and
+/// written in place, with burn's arithmetic element by element (so the results are equal bit for
+/// bit). burn's optimizer makes about fifteen passes, one per op. Elsewhere the tensors come back untouched as the
+/// error, for burn's own optimizer.
+pub fn adamw_update<B: Backend, const D: usize>(
+    step: &AdamWStep,
+    tensors: AdamWTensors<B, D>,
+) -> Result<[Tensor<B, D>; 3], AdamWTensors<B, D>> {
+    let AdamWTensors { param, grad, moments } = tensors;
+    let started = moments.is_some();
+    let (m, v) = moments.unwrap_or_else(|| (param.zeros_like(), param.zeros_like()));
+    let AdamWStep { lr, beta_1, beta_2, epsilon, weight_decay, time } = *step;
+    let (factor_1, factor_2) = (1.0 - beta_1, 1.0 - beta_2);
+    let time = time.min(i32::MAX as usize) as i32;
+    let (correction_1, correction_2) = (1.0 - beta_1.powi(time), 1.0 - beta_2.powi(time));
+    let decay_rate = lr * weight_decay as f64;
+    let (keep, lr) = ((1.0 - decay_rate) as f32, lr as f32);
+    // The same operations in the same order as burn's optimizer, element by element.
+    let update = |(p, m, v, g): (&mut [f32], &mut [f32], &mut [f32], &[f32])| {
+        for i in 0..p.len() {
+            m[i] = m[i] * beta_1 + g[i] * factor_1;
+            v[i] = v[i] * beta_2 + (g[i] * g[i]) * factor_2;
+            let delta = (m[i] / correction_1) / ((v[i] / correction_2).sqrt() + epsilon);
+            let decayed = if decay_rate == 0.0 { p[i] } else { p[i] * keep };
+            p[i] = decayed - delta * lr;
+        }
+    };
+    const BLOCK: usize = 1 << 15;
+    let fused = elementwise_in_place([param, m, v], [&grad], BLOCK, |[p, m, v], [g]| update((p, m, v, g)));
+    fused.map_err(|[param, m, v]| AdamWTensors { param, grad, moments: started.then_some((m, v)) })
 }
 
 #[cfg(test)]
