@@ -4,7 +4,7 @@
 
 use burn::tensor::Tensor;
 use imbert_tests::*;
-use shared::checkpoint::{load_classifier, save_classifier};
+use shared::io::checkpoint::{load_classifier, save_classifier};
 use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
 
 fn logits(model: &BertClassifier<Cpu>, tok: &BertTokenizer) -> Vec<f32> {
@@ -79,14 +79,14 @@ fn bad_inputs_are_clear_errors() {
     let key = "bert.encoder.layer.0.intermediate.dense.weight";
     tensors.get_mut(key).unwrap().shape = vec![16, 32];
     let config = shared::BertConfig::from_file(&fixture("tiny-bert/config.json")).unwrap();
-    let err = shared::checkpoint::load_from_tensors::<Cpu>(&config, tensors.clone(), None, "x".as_ref(), &device)
+    let err = shared::io::checkpoint::load_from_tensors::<Cpu>(&config, tensors.clone(), None, "x".as_ref(), &device)
         .err()
         .unwrap()
         .to_string();
     assert!(err.contains(key) && err.contains("[32, 16]") && err.contains("[16, 32]"), "{err}");
 
     tensors.remove(key);
-    let err = shared::checkpoint::load_from_tensors::<Cpu>(&config, tensors, None, "x".as_ref(), &device)
+    let err = shared::io::checkpoint::load_from_tensors::<Cpu>(&config, tensors, None, "x".as_ref(), &device)
         .err()
         .unwrap()
         .to_string();

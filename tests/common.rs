@@ -13,11 +13,11 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use safetensors::Dtype;
-use shared::checkpoint::{hf_parameters, load_classifier, ParamTensor};
+use shared::io::checkpoint::{hf_parameters, load_classifier, ParamTensor};
 use burn::module::AutodiffModule;
 use burn::tensor::Distribution;
-use shared::checkpoint::{read_safetensors, HostTensor};
-use shared::layer::{LayerContext, MASKED_SCORE};
+use shared::io::checkpoint::{read_safetensors, HostTensor};
+use shared::model::layer::{LayerContext, MASKED_SCORE};
 use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
 
 // burn keeps one default dtype per device, and NdArray<f32> and NdArray<f64> share the CPU

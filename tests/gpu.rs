@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
-use shared::checkpoint::{hf_parameters, load_classifier, ParamTensor};
+use shared::io::checkpoint::{hf_parameters, load_classifier, ParamTensor};
 use shared::{ConnectionSpec, ForwardOptions};
 
 use crate::*;

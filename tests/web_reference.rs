@@ -15,9 +15,9 @@ use std::collections::HashMap;
 use burn::tensor::Tensor;
 use imbert_tests::*;
 use serde_json::{json, Value};
-use shared::checkpoint::load_classifier;
-use shared::neighbours::WordNeighbours;
-use shared::perturb::{self, Perturbation};
+use shared::io::checkpoint::load_classifier;
+use shared::robustness::neighbours::WordNeighbours;
+use shared::robustness::perturb::{self, Perturbation};
 use shared::{BertTokenizer, ConnectionSpec, ForwardOptions};
 
 const FILE: &str = "web_reference.json";

@@ -3,7 +3,7 @@
 //!
 //! `make bench` (sets IMBERT_PYTHON to the venv with torch). Without IMBERT_PYTHON the PyTorch
 //! column is skipped and said so. The last column is each config's matmul FLOPs over BERT's
-//! (`shared::flops`): the time ratio that code equally fast on every product would show. An IM
+//! (`shared::model::flops`): the time ratio that code equally fast on every product would show. An IM
 //! layer runs `1 + T` forwards and `T` VJPs, and a VJP costs a forward plus two attention products.
 
 // The allocator the trainer runs with, so the figures are the trainer's.
@@ -20,8 +20,8 @@ use std::hint::black_box;
 mod peer;
 
 use criterion::Criterion;
-use shared::checkpoint::load_classifier;
-use shared::flops::forward_flops;
+use shared::io::checkpoint::load_classifier;
+use shared::model::flops::forward_flops;
 use shared::{BertClassifier, BertConfig, BertInput, ConnectionSpec, ForwardOptions};
 
 type B = NdArray<f32>;
@@ -47,7 +47,7 @@ fn input() -> BertInput<B> {
 
 fn main() {
     std::sync::LazyLock::force(&peer::PROCESS_START);
-    shared::allocator::keep_freed_pages();
+    shared::cpu::allocator::keep_freed_pages();
     let dir = model_dir();
     let (base, _) = load_classifier::<B>(&dir, Some(2), &Default::default())
         .unwrap_or_else(|e| panic!("{e}: run `make model` first"));
@@ -76,7 +76,7 @@ fn main() {
     report(&dir, &models, &x, &base.config);
 }
 
-/// Matmul FLOPs of `spec`'s forward over BERT's (`shared::flops`): the ratio that equally
+/// Matmul FLOPs of `spec`'s forward over BERT's (`shared::model::flops`): the ratio that equally
 /// efficient code would show in the last column.
 fn flop_ratio(config: &BertConfig, spec: &str) -> f64 {
     let flops = |spec: &str| {
@@ -105,7 +105,7 @@ fn report(dir: &std::path::Path, models: &[(&str, &str, BertClassifier<B>)], x: 
         let paired = peer.as_mut().and_then(|peer| paired_rounds(peer, name, model, x));
         rows.push((*name, *spec, ours, paired));
     }
-    println!("\nMiniLM-L6 forward, batch {BATCH}, seq {SEQ}, CPU ({threads} threads), GEMM: {}", shared::blas::cpu_gemm());
+    println!("\nMiniLM-L6 forward, batch {BATCH}, seq {SEQ}, CPU ({threads} threads), GEMM: {}", shared::cpu::blas::cpu_gemm());
     println!(
         "{:<8} {:>9} {:>12} {:>9} {:>13} {:>7} {:>14} {:>11}",
         "config", "ours (s)", "PyTorch (s)", "ours/PT", "(min-max)", "rounds", "ours/our BERT", "FLOPs/BERT"

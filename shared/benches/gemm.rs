@@ -15,7 +15,7 @@ use std::time::Duration;
 use burn::backend::NdArray;
 use burn::tensor::{Distribution, Tensor};
 use criterion::Criterion;
-use shared::kernels;
+use shared::cpu::kernels;
 use std::hint::black_box;
 
 mod peer;
@@ -40,7 +40,7 @@ fn flops(lhs: [usize; 4], rhs: [usize; 4]) -> f64 {
 
 fn main() {
     std::sync::LazyLock::force(&peer::PROCESS_START);
-    shared::allocator::keep_freed_pages();
+    shared::cpu::allocator::keep_freed_pages();
     let mut c = Criterion::default()
         .sample_size(20)
         .warm_up_time(Duration::from_secs(1))
@@ -74,7 +74,7 @@ fn report() {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/gemm_torch.py");
     let torch = peer::pytorch_timings(&script, &[serde_json::Value::Object(shapes).to_string(), threads.to_string(), "20".into()]);
     let ours = |name: &str| peer::criterion_median("minilm_gemm", name);
-    println!("\nMiniLM-L6 layer GEMMs, batch 16, seq 128, CPU ({threads} threads), GEMM: {}", shared::blas::cpu_gemm());
+    println!("\nMiniLM-L6 layer GEMMs, batch 16, seq 128, CPU ({threads} threads), GEMM: {}", shared::cpu::blas::cpu_gemm());
     println!("{:<22} {:>10} {:>10} {:>12} {:>12} {:>9}", "product", "ours (ms)", "GFLOP/s", "PyTorch (ms)", "GFLOP/s", "ours/PT");
     let (mut total_ours, mut total_pt) = (0.0, Some(0.0));
     for (name, lhs, rhs, per_layer) in PRODUCTS {

@@ -15,7 +15,7 @@ use burn::backend::{Autodiff, NdArray};
 use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{Int, Tensor, TensorData};
-use shared::checkpoint::load_for_task;
+use shared::io::checkpoint::load_for_task;
 use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
 use trainer::adamw::AdamW;
 
@@ -102,7 +102,7 @@ fn time_updates(setup: &Setup) -> (f64, f64) {
 }
 
 fn main() {
-    shared::allocator::keep_freed_pages();
+    shared::cpu::allocator::keep_freed_pages();
     let dir = std::env::var_os("IMBERT_MINILM")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/all-minilm-l6-v2"));
@@ -123,7 +123,7 @@ fn main() {
     let torch = peer::pytorch_timings(&script, &args);
     println!(
         "MiniLM-L6 training step (forward + backward + AdamW), batch {BATCH}, seq {SEQ}, CPU, GEMM: {}",
-        shared::blas::cpu_gemm()
+        shared::cpu::blas::cpu_gemm()
     );
     println!("{:<8} {:>12} {:>12} {:>14} {:>10}", "config", "ours (s)", "ours ex/s", "PyTorch (s)", "ours/PT");
     for (name, secs) in &ours {

@@ -7,7 +7,7 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamWConfig, AdamWState, AdaptiveMomentumState, LearningRate, SimpleOptimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
-use shared::kernels::elementwise_in_place;
+use shared::cpu::kernels::elementwise_in_place;
 
 /// AdamW with PyTorch's arithmetic (decoupled weight decay, bias-corrected moments), computing
 /// exactly what burn's `AdamW` computes.

@@ -1,5 +1,5 @@
 //! `trainer attack`: TextFooler against a model on a data file, with TextAttack's summary table
-//! (the attack itself is `shared::attack`).
+//! (the attack itself is `shared::robustness::attack`).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -8,10 +8,10 @@ use anyhow::{bail, Context, Result};
 use burn::tensor::backend::Backend;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use shared::attack::{AttackConfig, AttackResult, AttackStatus, AttackSummary, PairField, TextFooler};
-use shared::bundle::load_model_dir;
+use shared::robustness::attack::{AttackConfig, AttackResult, AttackStatus, AttackSummary, PairField, TextFooler};
+use shared::io::bundle::load_model_dir;
 use shared::data::Task;
-use shared::neighbours::WordNeighbours;
+use shared::robustness::neighbours::WordNeighbours;
 use shared::{BertTokenizer, ConnectionSpec};
 
 use crate::backend::BackendKind;
@@ -46,7 +46,7 @@ pub struct AttackArgs {
     #[arg(long)]
     pub limit: Option<usize>,
     /// Maximum tokens per input, special tokens included.
-    #[arg(long, default_value_t = shared::tokenizer::DEFAULT_MAX_LEN)]
+    #[arg(long, default_value_t = shared::io::tokenizer::DEFAULT_MAX_LEN)]
     pub max_len: usize,
     /// Model queries per example (the clean prediction included).
     #[arg(long, default_value_t = 500)]
@@ -205,7 +205,7 @@ fn attack<B: Backend>(
     print_report(&report);
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report)?;
-        shared::checkpoint::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+        shared::io::checkpoint::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::Args;
-use shared::bundle::load_model_dir;
+use shared::io::bundle::load_model_dir;
 use shared::data::{self, AdvExample, Example, Task};
 use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
 
@@ -42,7 +42,7 @@ pub struct EvalArgs {
     pub limit: Option<usize>,
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
-    #[arg(long, default_value_t = shared::tokenizer::DEFAULT_MAX_LEN)]
+    #[arg(long, default_value_t = shared::io::tokenizer::DEFAULT_MAX_LEN)]
     pub max_len: usize,
     /// Write the JSON report here (default: RUN_DIR/eval.json with --run, else stdout only).
     #[arg(long)]
@@ -155,7 +155,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
     println!("{markdown}");
     if let Some(out) = out {
         run::write_json(&out, &report)?;
-        shared::checkpoint::write_atomic(&out.with_extension("md"), markdown.as_bytes())?;
+        shared::io::checkpoint::write_atomic(&out.with_extension("md"), markdown.as_bytes())?;
         eprintln!("wrote {} and {}", out.display(), out.with_extension("md").display());
     }
     Ok(())
@@ -266,7 +266,7 @@ pub fn evaluate<B: Backend>(target: &EvalTarget, data_dir: &Path, args: &EvalArg
         advglue,
         did_not_learn: reason.is_some(),
         did_not_learn_reason: reason,
-        flops_per_example: shared::flops::forward_flops(&model.config, &connections, mean_tokens.round().max(1.0) as usize, true),
+        flops_per_example: shared::model::flops::forward_flops(&model.config, &connections, mean_tokens.round().max(1.0) as usize, true),
         examples_per_sec: if seconds > 0.0 { examples as f64 / seconds } else { 0.0 },
     })
 }

@@ -56,7 +56,7 @@ pub fn run(args: FetchArgs) -> Result<()> {
                 .map(|e| serde_json::to_string(e).map(|s| s + "\n"))
                 .collect::<Result<_, _>>()?;
             let path = normalized.join(&file);
-            shared::checkpoint::write_atomic(&path, text.as_bytes())?;
+            shared::io::checkpoint::write_atomic(&path, text.as_bytes())?;
             println!("{}: {} rows", path.display(), rows.len());
         }
     }
@@ -66,7 +66,7 @@ pub fn run(args: FetchArgs) -> Result<()> {
         let url = format!("{}/{file}", args.advglue_url.trim_end_matches('/'));
         let body = agent.get(&url).call().with_context(|| format!("GET {url}"))?.into_string()?;
         let path = advglue.join(file);
-        shared::checkpoint::write_atomic(&path, body.as_bytes())?;
+        shared::io::checkpoint::write_atomic(&path, body.as_bytes())?;
         // Parse what we wrote, so a broken download is an error now rather than at eval time.
         shared::data::read_advglue_json(&path).with_context(|| format!("checking {}", path.display()))?;
         println!("{}: {} bytes", path.display(), body.len());

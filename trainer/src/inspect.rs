@@ -7,7 +7,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{activation::softmax, Tensor};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use shared::checkpoint::{load_classifier, write_safetensors, HostTensor};
+use shared::io::checkpoint::{load_classifier, write_safetensors, HostTensor};
 use shared::{
     BertClassifier, BertInput, BertTokenizer, ClassifierOutput, Connection, ConnectionSpec, EncodedBatch,
     ForwardOptions, ImplicitEuler,
@@ -61,7 +61,7 @@ pub struct InspectArgs {
     #[arg(long = "text-b")]
     pub text_b: Vec<String>,
     /// Maximum tokens per item, special tokens included.
-    #[arg(long, default_value_t = shared::tokenizer::DEFAULT_MAX_LEN)]
+    #[arg(long, default_value_t = shared::io::tokenizer::DEFAULT_MAX_LEN)]
     pub max_len: usize,
     /// Add a freshly initialised classifier with this many classes when the model has none.
     #[arg(long)]

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use trainer::*;
 
 // Keeps freed tensor buffers instead of returning them to the OS (see the workspace Cargo.toml
-// and `shared::allocator`).
+// and `shared::cpu::allocator`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -47,7 +47,7 @@ enum Command {
 }
 
 fn main() {
-    shared::allocator::keep_freed_pages();
+    shared::cpu::allocator::keep_freed_pages();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -57,7 +57,7 @@ fn main() {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     #[cfg(feature = "openblas")]
-    if let Some(advice) = shared::blas::advice() {
+    if let Some(advice) = shared::cpu::blas::advice() {
         tracing::warn!("{advice}");
     }
     let cli = Cli::parse();

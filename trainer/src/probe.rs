@@ -1,5 +1,5 @@
 //! `trainer probe`: the paper's stability claim, measured. For pairs of inputs (an AdvGLUE item
-//! and its clean original, `--text`/`--perturbed` pairs, or a `shared::perturb` edit of a GLUE
+//! and its clean original, `--text`/`--perturbed` pairs, or a `shared::robustness::perturb` edit of a GLUE
 //! file), the mean drift between the clean and the perturbed hidden states at every layer, for
 //! several connections side by side:
 //! - [CLS] cosine distance, `1 - cos(h_clean[CLS], h_perturbed[CLS])`;
@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use burn::tensor::backend::Backend;
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
-use shared::checkpoint::load_classifier;
+use shared::io::checkpoint::load_classifier;
 use shared::data::{self, Task};
 use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
 
@@ -75,7 +75,7 @@ pub struct ProbeArgs {
     pub limit: Option<usize>,
     #[arg(long, default_value_t = 16)]
     pub batch_size: usize,
-    #[arg(long, default_value_t = shared::tokenizer::DEFAULT_MAX_LEN)]
+    #[arg(long, default_value_t = shared::io::tokenizer::DEFAULT_MAX_LEN)]
     pub max_len: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -192,7 +192,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         type B64 = burn::backend::NdArray<f64>;
         let states: Vec<Vec<f64>> =
             subjects.iter().map(|s| Ok(measure::<B64>(&args, s, &pairs)?.final_cls)).collect::<Result<_>>()?;
-        return shared::checkpoint::write_atomic(path, serde_json::to_string(&states)?.as_bytes()).map_err(Into::into);
+        return shared::io::checkpoint::write_atomic(path, serde_json::to_string(&states)?.as_bytes()).map_err(Into::into);
     }
 
     type B = crate::backend::Cpu;
@@ -250,9 +250,9 @@ fn pairs(args: &ProbeArgs) -> Result<(String, Vec<(String, String)>)> {
             .map(|(i, e)| {
                 let seed = args.seed.wrapping_add(i as u64);
                 let p = match args.perturbation {
-                    PerturbKind::Typo => shared::perturb::typo(&e.text_a, 2, seed),
-                    PerturbKind::Delete => shared::perturb::delete_word(&e.text_a, 2, seed),
-                    PerturbKind::Distractor => shared::perturb::distractor(&e.text_a, seed),
+                    PerturbKind::Typo => shared::robustness::perturb::typo(&e.text_a, 2, seed),
+                    PerturbKind::Delete => shared::robustness::perturb::delete_word(&e.text_a, 2, seed),
+                    PerturbKind::Distractor => shared::robustness::perturb::distractor(&e.text_a, seed),
                 };
                 (e.text_a.clone(), p.text)
             })
@@ -460,7 +460,7 @@ fn chart(r: &ProbeReport, title: &str, y_label: &str, pick: fn(&ConnectionDrift)
 pub fn write(r: &ProbeReport, out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     crate::run::write_json(&out.join("probe.json"), r)?;
-    shared::checkpoint::write_atomic(&out.join("probe.md"), markdown(r).as_bytes())?;
+    shared::io::checkpoint::write_atomic(&out.join("probe.md"), markdown(r).as_bytes())?;
     let font = report::find_font(None)?.map(|(_, f)| f);
     let cls = chart(r, "[CLS] drift: cosine distance (%)", "1 - cos (%)", |c| &c.cls_cosine_distance);
     let l2 = chart(r, "Mean-pooled drift: relative L2 (%)", "relative L2 (%)", |c| &c.mean_relative_l2);

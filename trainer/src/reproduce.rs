@@ -260,7 +260,7 @@ fn run_cell<B: Backend>(args: &ReproduceArgs, cell: &Cell, dir: &Path, data_dir:
     };
     let report = evaluate::evaluate::<B>(&target, data_dir, &eval_args, device)?;
     run::write_json(&dir.join("eval.json"), &report)?;
-    shared::checkpoint::write_atomic(&dir.join("eval.md"), evaluate::markdown(&report).as_bytes())?;
+    shared::io::checkpoint::write_atomic(&dir.join("eval.md"), evaluate::markdown(&report).as_bytes())?;
     Ok(())
 }
 

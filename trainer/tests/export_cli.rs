@@ -8,8 +8,8 @@ use std::process::{Command, Output};
 
 use burn::backend::NdArray;
 use serde_json::Value;
-use shared::bundle::WebBundle;
-use shared::checkpoint::{self, HostTensor};
+use shared::io::bundle::WebBundle;
+use shared::io::checkpoint::{self, HostTensor};
 use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
 
 fn repo() -> PathBuf {

@@ -4,7 +4,7 @@
 //! in at inference, and the page says so (that model was not trained that way).
 
 use serde::Deserialize;
-pub use shared::bundle::IndexEntry;
+pub use shared::io::bundle::IndexEntry;
 use shared::{Connection, ConnectionSpec, ImplicitEuler};
 
 /// `models/index.json`, written by `trainer export --web --site DIR`.

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use shared::bundle::{ModelCard, WebBundle};
-use shared::neighbours::WordNeighbours;
-use shared::quantize::WEB_WEIGHTS_FILE;
+use shared::io::bundle::{ModelCard, WebBundle};
+use shared::robustness::neighbours::WordNeighbours;
+use shared::io::quantize::WEB_WEIGHTS_FILE;
 use shared::{BertClassifier, BertTokenizer, ConnectionSpec};
 
 use crate::catalog::{IndexEntry, ModelIndex};

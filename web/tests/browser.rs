@@ -19,9 +19,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
-use shared::checkpoint::{load_from_tensors, HostTensor};
-use shared::neighbours::WordNeighbours;
-use shared::perturb::{self, EditKind, Perturbation};
+use shared::io::checkpoint::{load_from_tensors, HostTensor};
+use shared::robustness::neighbours::WordNeighbours;
+use shared::robustness::perturb::{self, EditKind, Perturbation};
 use shared::{BertClassifier, BertConfig, BertTokenizer, ConnectionSpec, EncodedBatch, ForwardOptions};
 
 #[cfg(target_arch = "wasm32")]

@@ -50,7 +50,7 @@ pub struct FinetuneArgs {
     pub batch_size: usize,
     #[arg(long, default_value_t = 1)]
     pub grad_accum: usize,
-    #[arg(long, default_value_t = shared::tokenizer::DEFAULT_MAX_LEN)]
+    #[arg(long, default_value_t = shared::io::tokenizer::DEFAULT_MAX_LEN)]
     pub max_len: usize,
     #[arg(long, value_enum, default_value = "adamw")]
     pub optimizer: OptimizerKind,

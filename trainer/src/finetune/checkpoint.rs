@@ -63,7 +63,7 @@ pub(super) fn save_checkpoint<B: AutodiffBackend, O: Optimizer<BertClassifier<B>
     model.clone().save_file(tmp.join("model"), &recorder).context("saving the model checkpoint")?;
     recorder.record(optim.to_record(), tmp.join("optim")).context("saving the optimizer state")?;
     run::write_json(&tmp.join("state.json"), state)?;
-    shared::checkpoint::replace_dir(&tmp, dir)?;
+    shared::io::checkpoint::replace_dir(&tmp, dir)?;
     Ok(())
 }
 
@@ -78,6 +78,6 @@ pub(super) fn truncate_metrics(path: &Path, step: usize) -> Result<()> {
         .iter()
         .map(|m| serde_json::to_string(m).map(|s| s + "\n"))
         .collect::<Result<_, _>>()?;
-    shared::checkpoint::write_atomic(path, text.as_bytes())?;
+    shared::io::checkpoint::write_atomic(path, text.as_bytes())?;
     Ok(())
 }

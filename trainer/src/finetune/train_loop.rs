@@ -10,7 +10,7 @@ use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use shared::checkpoint::{load_for_task, save_classifier};
+use shared::io::checkpoint::{load_for_task, save_classifier};
 use shared::data::{self, Example, Task};
 use shared::{BertClassifier, BertTokenizer, ForwardOptions};
 

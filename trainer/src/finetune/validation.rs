@@ -7,8 +7,8 @@ use std::path::Path;
 use anyhow::Result;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
-use shared::bundle::ModelCard;
-use shared::checkpoint::save_classifier;
+use shared::io::bundle::ModelCard;
+use shared::io::checkpoint::save_classifier;
 use shared::data::Example;
 use shared::{BertClassifier, BertTokenizer};
 
@@ -109,5 +109,5 @@ pub(super) fn write_model_card(
     if let Some(accuracy) = val_accuracy {
         card.metrics.insert("validation".into(), accuracy);
     }
-    run::write_json(&dir.join(shared::bundle::CARD_FILE), &card)
+    run::write_json(&dir.join(shared::io::bundle::CARD_FILE), &card)
 }

@@ -15,7 +15,7 @@ use crate::run::{read_json, EvalReport, ImResidualCheck, RunConfig, IM_RESIDUALS
 pub enum FlopsSource {
     /// `eval.json`, at the evaluation's mean sequence length.
     Eval,
-    /// `shared::flops` on the run's connection and model config, at `max_len` (an upper bound).
+    /// `shared::model::flops` on the run's connection and model config, at `max_len` (an upper bound).
     ComputedAtMaxLen,
     /// Neither an `eval.json` nor a readable model config.
     Unavailable,
@@ -126,7 +126,7 @@ fn computed_flops(dir: &Path, config: &RunConfig) -> Option<f64> {
     let bert = candidates.iter().find_map(|p| BertConfig::from_file(p).ok())?;
     let connections =
         config.connection.per_layer(bert.num_hidden_layers).ok()?;
-    Some(shared::flops::forward_flops(&bert, &connections, config.max_len, true))
+    Some(shared::model::flops::forward_flops(&bert, &connections, config.max_len, true))
 }
 
 /// Every run under `paths`, sorted by directory. A path that holds no run is an error, so a typo

@@ -89,7 +89,7 @@ fn main_table(md: &mut String, report: &Report) {
         md,
         "Clean: GLUE dev. AdvGLUE: AdvGLUE dev. Drop: accuracy on the clean originals minus the \
          adversarial accuracy on the same items. Word / sentence / human: AdvGLUE accuracy per \
-         attack level. GFLOPs: analytic forward matmul FLOPs per example (`shared::flops`).\n"
+         attack level. GFLOPs: analytic forward matmul FLOPs per example (`shared::model::flops`).\n"
     )
     .ok();
     let keys: Vec<&str> = report.group_by.iter().map(|k| k.name()).collect();

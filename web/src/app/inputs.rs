@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 use shared::data::Task;
-use shared::perturb::{self, DiffOp};
+use shared::robustness::perturb::{self, DiffOp};
 
 use super::ops::{Level, Op};
 use super::presets::{self, Preset};

@@ -1,7 +1,7 @@
-//! The perturbation buttons: which edit of `shared::perturb` each one makes, at which level.
+//! The perturbation buttons: which edit of `shared::robustness::perturb` each one makes, at which level.
 
-use shared::neighbours::WordNeighbours;
-use shared::perturb::{self, Perturbation};
+use shared::robustness::neighbours::WordNeighbours;
+use shared::robustness::perturb::{self, Perturbation};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {

@@ -1,0 +1,522 @@
+//! HF checkpoints in and out: `config.json` + `model.safetensors` (or `pytorch_model.bin`) +
+//! tokenizer files.
+//!
+//! Our module paths mirror HF's, so the name map is short: optional `bert.` prefix, HF's
+//! `LayerNorm` (old checkpoints: `gamma`/`beta`), and PyTorch's `[out, in]` Linear weights, which
+//! burn stores as `[in, out]`. A directory we write loads in transformers as
+//! `BertForSequenceClassification`, and the reverse.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use burn::module::Param;
+use burn::nn::{Embedding, LayerNorm, Linear};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData};
+use safetensors::{Dtype, SafeTensors};
+
+use crate::model::config::BertConfig;
+use crate::model::bert::hf_init_linear;
+use crate::model::BertClassifier;
+use crate::Error;
+
+/// Files copied next to the weights when saving, so the directory is a complete HF model.
+pub const TOKENIZER_FILES: [&str; 4] =
+    ["tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"];
+
+/// A tensor on the host, f32, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+impl HostTensor {
+    pub fn transposed(&self) -> HostTensor {
+        let (rows, cols) = (self.shape[0], self.shape[1]);
+        let mut data = vec![0.0; self.data.len()];
+        for r in 0..rows {
+            for c in 0..cols {
+                data[c * rows + r] = self.data[r * cols + c];
+            }
+        }
+        HostTensor { shape: vec![cols, rows], data }
+    }
+
+    pub fn from_tensor<B: Backend, const D: usize>(t: &Tensor<B, D>) -> Result<Self, Error> {
+        let data = t.to_data().convert::<f32>();
+        let shape = data.shape.to_vec();
+        let data = data.into_vec::<f32>().map_err(|e| Error::Input(format!("{e:?}")))?;
+        Ok(Self { shape, data })
+    }
+
+    pub fn to_tensor<B: Backend, const D: usize>(&self, device: &B::Device) -> Tensor<B, D> {
+        Tensor::from_data(TensorData::new(self.data.clone(), self.shape.clone()), device)
+    }
+}
+
+/// Reads every tensor of a `.safetensors` file as f32 (F32, F16, BF16 and F64 are accepted).
+pub fn read_safetensors(path: &Path) -> Result<BTreeMap<String, HostTensor>, Error> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bad = |message: String| Error::Checkpoint { path: path.into(), message };
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| bad(e.to_string()))?;
+    let mut out = BTreeMap::new();
+    for (name, view) in st.tensors() {
+        let raw = view.data();
+        let data: Vec<f32> = match view.dtype() {
+            Dtype::F32 => raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            Dtype::F64 => raw
+                .chunks_exact(8)
+                .map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f32)
+                .collect(),
+            Dtype::F16 => raw.chunks_exact(2).map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]]))).collect(),
+            Dtype::BF16 => raw
+                .chunks_exact(2)
+                .map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
+                .collect(),
+            // Integer buffers (`position_ids`) are not parameters.
+            _ => continue,
+        };
+        out.insert(name, HostTensor { shape: view.shape().to_vec(), data });
+    }
+    Ok(out)
+}
+
+/// Reads every float tensor of a PyTorch `pytorch_model.bin` (zip or legacy pickle format).
+#[cfg(feature = "pytorch")]
+pub fn read_pytorch_bin(path: &Path) -> Result<BTreeMap<String, HostTensor>, Error> {
+    let bad = |message: String| Error::Checkpoint { path: path.into(), message };
+    let reader = burn_store::pytorch::PytorchReader::new(path).map_err(|e| bad(e.to_string()))?;
+    let mut out = BTreeMap::new();
+    for (name, snapshot) in reader.into_tensors() {
+        if !snapshot.dtype.is_float() {
+            continue;
+        }
+        let data = snapshot.to_data().map_err(|e| bad(format!("{name}: {e:?}")))?.convert::<f32>();
+        let shape = data.shape.to_vec();
+        let data = data.into_vec::<f32>().map_err(|e| bad(format!("{name}: {e:?}")))?;
+        out.insert(name, HostTensor { shape, data });
+    }
+    Ok(out)
+}
+
+/// Without the `pytorch` feature (the browser build) only safetensors can be read.
+#[cfg(not(feature = "pytorch"))]
+pub fn read_pytorch_bin(path: &Path) -> Result<BTreeMap<String, HostTensor>, Error> {
+    Err(Error::Checkpoint {
+        path: path.into(),
+        message: "this build reads model.safetensors only (enable the `pytorch` feature)".into(),
+    })
+}
+
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h >> 15) as u32) << 31;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let frac = (h & 0x3ff) as u32;
+    let bits = match (exp, frac) {
+        (0, 0) => sign,
+        (0, f) => {
+            // Subnormal: renormalise.
+            let shift = f.leading_zeros() - 21;
+            sign | ((113 - shift) << 23) | ((f << shift) & 0x3ff) << 13
+        }
+        (0x1f, f) => sign | 0x7f80_0000 | (f << 13),
+        (e, f) => sign | ((e + 112) << 23) | (f << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// What loading did beyond a one-to-one copy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoadReport {
+    /// Parameters absent from the checkpoint and initialised fresh (e.g. a new classifier).
+    pub initialized_fresh: Vec<String>,
+    /// Checkpoint tensors the model does not use (e.g. an MLM head).
+    pub unused: Vec<String>,
+    /// The weights file that was read.
+    pub weights_file: PathBuf,
+}
+
+/// The weights file of an HF directory: `model.safetensors`, else `pytorch_model.bin`.
+pub fn weights_file(dir: &Path) -> Result<PathBuf, Error> {
+    if !dir.is_dir() {
+        return Err(Error::Checkpoint { path: dir.into(), message: "model directory not found".into() });
+    }
+    ["model.safetensors", "pytorch_model.bin"]
+        .iter()
+        .map(|f| dir.join(f))
+        .find(|p| p.exists())
+        .ok_or_else(|| Error::Checkpoint {
+            path: dir.into(),
+            message: "neither model.safetensors nor pytorch_model.bin found".into(),
+        })
+}
+
+/// Loads an HF BERT directory. `num_labels`: the head to build (`None`: the checkpoint's own head,
+/// or none). A missing classifier or pooler is initialised fresh and reported.
+pub fn load_classifier<B: Backend>(
+    dir: &Path,
+    num_labels: Option<usize>,
+    device: &B::Device,
+) -> Result<(BertClassifier<B>, LoadReport), Error> {
+    let (config, tensors, file) = read_dir(dir)?;
+    load_from_tensors(&config, tensors, num_labels, &file, device)
+}
+
+/// Loads an HF BERT directory as the warm start of a `num_labels`-class task: a checkpoint head
+/// of another size is dropped and initialised fresh (reported), like transformers'
+/// `ignore_mismatched_sizes=True`.
+pub fn load_for_task<B: Backend>(
+    dir: &Path,
+    num_labels: usize,
+    device: &B::Device,
+) -> Result<(BertClassifier<B>, LoadReport), Error> {
+    let (config, mut tensors, file) = read_dir(dir)?;
+    let head = ["classifier.weight", "classifier.bias"];
+    if tensors.get(head[0]).is_some_and(|t| t.shape.first() != Some(&num_labels)) {
+        for k in head {
+            tensors.remove(k);
+        }
+    }
+    load_from_tensors(&config, tensors, Some(num_labels), &file, device)
+}
+
+fn read_dir(dir: &Path) -> Result<(BertConfig, BTreeMap<String, HostTensor>, PathBuf), Error> {
+    if !dir.is_dir() {
+        return Err(Error::Checkpoint { path: dir.into(), message: "model directory not found".into() });
+    }
+    let config = BertConfig::from_file(&dir.join("config.json"))?;
+    let file = weights_file(dir)?;
+    let tensors = if file.extension().is_some_and(|e| e == "safetensors") {
+        read_safetensors(&file)?
+    } else {
+        read_pytorch_bin(&file)?
+    };
+    Ok((config, tensors, file))
+}
+
+/// Builds a model from named host tensors in HF layout.
+pub fn load_from_tensors<B: Backend>(
+    config: &BertConfig,
+    tensors: BTreeMap<String, HostTensor>,
+    num_labels: Option<usize>,
+    file: &Path,
+    device: &B::Device,
+) -> Result<(BertClassifier<B>, LoadReport), Error> {
+    let mut source = Source { tensors, used: BTreeSet::new(), file: file.into() };
+    let head_rows = source.find("classifier.weight").map(|(_, t)| t.shape[0]);
+    let num_labels = num_labels.or(head_rows).or(config.num_labels()).unwrap_or(0);
+    if let (Some(rows), true) = (head_rows, num_labels > 0) {
+        if rows != num_labels {
+            return Err(Error::Shape {
+                key: "classifier.weight".into(),
+                expected: vec![num_labels, config.hidden_size],
+                found: vec![rows, config.hidden_size],
+            });
+        }
+    }
+    let mut model = BertClassifier::<B>::new(config, num_labels, device);
+    let mut report = LoadReport { weights_file: file.into(), ..LoadReport::default() };
+    for (name, slot) in slots(&mut model) {
+        let fresh = match slot {
+            Slot::Embedding(e) => source.load_embedding(&name, e, device)?,
+            Slot::LayerNorm(ln) => source.load_layer_norm(&name, ln, device)?,
+            Slot::Linear(lin, optional) => source.load_linear(&name, lin, optional, config.initializer_range, device)?,
+        };
+        if fresh {
+            report.initialized_fresh.push(name);
+        }
+    }
+    report.unused = source
+        .tensors
+        .keys()
+        .filter(|k| !source.used.contains(*k) && !k.ends_with("position_ids"))
+        .cloned()
+        .collect();
+    Ok((model, report))
+}
+
+/// Saves `model` as an HF `BertForSequenceClassification` directory, atomically: everything is
+/// written to a temporary sibling directory that is renamed into place at the end. Tokenizer files
+/// are copied from `tokenizer_dir` when given.
+pub fn save_classifier<B: Backend>(
+    model: &BertClassifier<B>,
+    dir: &Path,
+    tokenizer_dir: Option<&Path>,
+) -> Result<(), Error> {
+    let tmp = sibling(dir, "tmp");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+
+    let mut config = model.config.clone();
+    let num_labels = model.num_labels();
+    config.architectures =
+        vec![if num_labels > 0 { "BertForSequenceClassification" } else { "BertModel" }.to_string()];
+    if num_labels > 0 {
+        let names = config.label_names(num_labels);
+        config.id2label = Some(names.iter().enumerate().map(|(i, n)| (i.to_string(), n.clone())).collect());
+        config.extra.insert(
+            "label2id".into(),
+            names.iter().enumerate().map(|(i, n)| (n.clone(), serde_json::Value::from(i))).collect(),
+        );
+    }
+    let config_path = tmp.join("config.json");
+    let json = serde_json::to_string_pretty(&config).map_err(|e| Error::Input(e.to_string()))?;
+    std::fs::write(&config_path, json).map_err(|e| Error::io(&config_path, e))?;
+
+    let named = hf_parameters(model)
+        .into_iter()
+        .map(|p| Ok((p.name.clone(), p.to_host(&p.tensor)?)))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let weights_path = tmp.join("model.safetensors");
+    write_safetensors(&weights_path, &named)?;
+
+    if let Some(src) = tokenizer_dir {
+        for f in TOKENIZER_FILES {
+            let from = src.join(f);
+            if from.exists() {
+                std::fs::copy(&from, tmp.join(f)).map_err(|e| Error::io(&from, e))?;
+            }
+        }
+    }
+    replace_dir(&tmp, dir)
+}
+
+/// A parameter tensor of rank 1 or 2.
+#[derive(Debug, Clone)]
+pub enum ParamTensor<B: Backend> {
+    Vector(Tensor<B, 1>),
+    Matrix(Tensor<B, 2>),
+}
+
+/// One parameter under its HF name (`bert.encoder.layer.0.attention.self.query.weight`).
+#[derive(Debug, Clone)]
+pub struct HfParameter<B: Backend> {
+    pub name: String,
+    /// The model's own tensor (tracked on autodiff backends, so `grad` works on it).
+    pub tensor: ParamTensor<B>,
+    /// Whether HF stores the transpose (Linear weights: PyTorch `[out, in]`, burn `[in, out]`).
+    pub transposed: bool,
+}
+
+impl<B: Backend> HfParameter<B> {
+    /// `value` (this parameter's tensor, or its gradient) on the host in HF layout.
+    pub fn to_host(&self, value: &ParamTensor<B>) -> Result<HostTensor, Error> {
+        match value {
+            ParamTensor::Vector(t) => HostTensor::from_tensor(t),
+            ParamTensor::Matrix(t) if self.transposed => Ok(HostTensor::from_tensor(t)?.transposed()),
+            ParamTensor::Matrix(t) => HostTensor::from_tensor(t),
+        }
+    }
+}
+
+/// Every parameter of `model` by HF name, in `BertForSequenceClassification` order.
+pub fn hf_parameters<B: Backend>(model: &BertClassifier<B>) -> Vec<HfParameter<B>> {
+    let mut model = model.clone();
+    let mut out = Vec::new();
+    let mut push = |name: String, tensor, transposed| out.push(HfParameter { name, tensor, transposed });
+    for (name, slot) in slots(&mut model) {
+        match slot {
+            Slot::Embedding(e) => push(format!("{name}.weight"), ParamTensor::Matrix(e.weight.val()), false),
+            Slot::LayerNorm(ln) => {
+                push(format!("{name}.weight"), ParamTensor::Vector(ln.gamma.val()), false);
+                if let Some(beta) = &ln.beta {
+                    push(format!("{name}.bias"), ParamTensor::Vector(beta.val()), false);
+                }
+            }
+            Slot::Linear(lin, _) => {
+                push(format!("{name}.weight"), ParamTensor::Matrix(lin.weight.val()), true);
+                if let Some(bias) = &lin.bias {
+                    push(format!("{name}.bias"), ParamTensor::Vector(bias.val()), false);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Writes f32 tensors to a `.safetensors` file (metadata `format: pt`, as transformers expects).
+pub fn write_safetensors(path: &Path, named: &[(String, HostTensor)]) -> Result<(), Error> {
+    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = named
+        .iter()
+        .map(|(n, t)| (n.clone(), t.data.iter().flat_map(|x| x.to_le_bytes()).collect(), t.shape.clone()))
+        .collect();
+    let views = bytes
+        .iter()
+        .map(|(n, b, s)| {
+            safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b)
+                .map(|v| (n.clone(), v))
+                .map_err(|e| Error::Checkpoint { path: path.into(), message: format!("{n}: {e}") })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let metadata = Some(std::collections::HashMap::from([("format".to_string(), "pt".to_string())]));
+    let data = safetensors::serialize(views, metadata)
+        .map_err(|e| Error::Checkpoint { path: path.into(), message: e.to_string() })?;
+    write_atomic(path, &data)
+}
+
+/// Writes a file through a temporary sibling and a rename, so readers never see half of it.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let tmp = sibling(path, "tmp");
+    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+}
+
+fn sibling(path: &Path, tag: &str) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.{tag}-{}", std::process::id()))
+}
+
+/// Moves the finished `tmp` directory to `dir`, replacing an older one (the old one is moved
+/// aside first, so `dir` is always either the old or the new directory, never a mix).
+pub fn replace_dir(tmp: &Path, dir: &Path) -> Result<(), Error> {
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    if dir.exists() {
+        let old = sibling(dir, "old");
+        std::fs::rename(dir, &old).map_err(|e| Error::io(dir, e))?;
+        std::fs::rename(tmp, dir).map_err(|e| Error::io(dir, e))?;
+        std::fs::remove_dir_all(&old).map_err(|e| Error::io(&old, e))?;
+    } else {
+        std::fs::rename(tmp, dir).map_err(|e| Error::io(dir, e))?;
+    }
+    Ok(())
+}
+
+/// A parameter-holding module of the model and its HF name.
+enum Slot<'a, B: Backend> {
+    Embedding(&'a mut Embedding<B>),
+    LayerNorm(&'a mut LayerNorm<B>),
+    /// The flag says whether the checkpoint may lack it (pooler, classifier).
+    Linear(&'a mut Linear<B>, bool),
+}
+
+/// Every module with parameters, by HF name (`BertForSequenceClassification` layout).
+fn slots<B: Backend>(model: &mut BertClassifier<B>) -> Vec<(String, Slot<'_, B>)> {
+    let bert = &mut model.bert;
+    let e = &mut bert.embeddings;
+    let mut out: Vec<(String, Slot<'_, B>)> = vec![
+        ("bert.embeddings.word_embeddings".into(), Slot::Embedding(&mut e.word_embeddings)),
+        ("bert.embeddings.position_embeddings".into(), Slot::Embedding(&mut e.position_embeddings)),
+        ("bert.embeddings.token_type_embeddings".into(), Slot::Embedding(&mut e.token_type_embeddings)),
+        ("bert.embeddings.LayerNorm".into(), Slot::LayerNorm(&mut e.layer_norm)),
+    ];
+    for (i, layer) in bert.encoder.layer.iter_mut().enumerate() {
+        let p = format!("bert.encoder.layer.{i}");
+        let sa = &mut layer.attention.self_attention;
+        out.push((format!("{p}.attention.self.query"), Slot::Linear(&mut sa.query, false)));
+        out.push((format!("{p}.attention.self.key"), Slot::Linear(&mut sa.key, false)));
+        out.push((format!("{p}.attention.self.value"), Slot::Linear(&mut sa.value, false)));
+        let ao = &mut layer.attention.output;
+        out.push((format!("{p}.attention.output.dense"), Slot::Linear(&mut ao.dense, false)));
+        out.push((format!("{p}.attention.output.LayerNorm"), Slot::LayerNorm(&mut ao.layer_norm)));
+        out.push((format!("{p}.intermediate.dense"), Slot::Linear(&mut layer.intermediate.dense, false)));
+        out.push((format!("{p}.output.dense"), Slot::Linear(&mut layer.output.dense, false)));
+        out.push((format!("{p}.output.LayerNorm"), Slot::LayerNorm(&mut layer.output.layer_norm)));
+    }
+    out.push(("bert.pooler.dense".into(), Slot::Linear(&mut bert.pooler.dense, true)));
+    if let Some(c) = model.classifier.as_mut() {
+        out.push(("classifier".into(), Slot::Linear(c, true)));
+    }
+    out
+}
+
+/// The checkpoint's tensors, with the names the model asked for.
+struct Source {
+    tensors: BTreeMap<String, HostTensor>,
+    used: BTreeSet<String>,
+    file: PathBuf,
+}
+
+impl Source {
+    /// Finds `name` as written, without its `bert.` prefix (a `BertModel` checkpoint), or with
+    /// the pre-2019 LayerNorm names.
+    fn find(&self, name: &str) -> Option<(String, &HostTensor)> {
+        let bare = name.strip_prefix("bert.").unwrap_or(name);
+        let old = bare.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta");
+        [name.to_string(), bare.to_string(), format!("bert.{old}"), old]
+            .into_iter()
+            .find_map(|k| self.tensors.get(&k).map(|t| (k, t)))
+    }
+
+    fn take(&mut self, name: &str, expected: &[usize]) -> Result<Option<HostTensor>, Error> {
+        let Some((key, t)) = self.find(name) else { return Ok(None) };
+        if t.shape != expected {
+            return Err(Error::Shape { key, expected: expected.to_vec(), found: t.shape.clone() });
+        }
+        let t = t.clone();
+        self.used.insert(key);
+        Ok(Some(t))
+    }
+
+    fn require(&mut self, name: &str, expected: &[usize]) -> Result<HostTensor, Error> {
+        self.take(name, expected)?
+            .ok_or_else(|| Error::MissingTensor { key: name.to_string(), path: self.file.clone() })
+    }
+
+    fn load_embedding<B: Backend>(&mut self, name: &str, e: &mut Embedding<B>, device: &B::Device) -> Result<bool, Error> {
+        let t = self.require(&format!("{name}.weight"), &e.weight.dims())?;
+        e.weight = Param::from_tensor(t.to_tensor(device));
+        Ok(false)
+    }
+
+    fn load_layer_norm<B: Backend>(&mut self, name: &str, ln: &mut LayerNorm<B>, device: &B::Device) -> Result<bool, Error> {
+        let dims = ln.gamma.dims();
+        ln.gamma = Param::from_tensor(self.require(&format!("{name}.weight"), &dims)?.to_tensor(device));
+        if ln.beta.is_some() {
+            ln.beta = Some(Param::from_tensor(self.require(&format!("{name}.bias"), &dims)?.to_tensor(device)));
+        }
+        Ok(false)
+    }
+
+    /// Returns whether the Linear was initialised fresh because the checkpoint lacks it.
+    fn load_linear<B: Backend>(
+        &mut self,
+        name: &str,
+        lin: &mut Linear<B>,
+        optional: bool,
+        init_std: f64,
+        device: &B::Device,
+    ) -> Result<bool, Error> {
+        let [d_in, d_out] = lin.weight.dims();
+        let weight = if optional {
+            self.take(&format!("{name}.weight"), &[d_out, d_in])?
+        } else {
+            Some(self.require(&format!("{name}.weight"), &[d_out, d_in])?)
+        };
+        let Some(weight) = weight else {
+            *lin = hf_init_linear(lin.clone(), init_std);
+            return Ok(true);
+        };
+        lin.weight = Param::from_tensor(weight.transposed().to_tensor(device));
+        if lin.bias.is_some() {
+            let bias = self.require(&format!("{name}.bias"), &[d_out])?;
+            lin.bias = Some(Param::from_tensor(bias.to_tensor(device)));
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_conversion_matches_known_values() {
+        assert_eq!(f16_to_f32(0x3c00), 1.0);
+        assert_eq!(f16_to_f32(0xc000), -2.0);
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+        assert_eq!(f16_to_f32(0x7bff), 65504.0);
+        assert!(f16_to_f32(0x7c00).is_infinite());
+    }
+
+    #[test]
+    fn transpose_round_trips() {
+        let t = HostTensor { shape: vec![2, 3], data: vec![1., 2., 3., 4., 5., 6.] };
+        assert_eq!(t.transposed().data, vec![1., 4., 2., 5., 3., 6.]);
+        assert_eq!(t.transposed().transposed(), t);
+    }
+}
