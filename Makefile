@@ -9,7 +9,7 @@ MODEL   := models/all-minilm-l6-v2
 CARGO   ?= cargo
 # The benchmarks and one test pass run the CPU backend on OpenBLAS (`--features openblas`,
 # Debian: libopenblas-dev). Debian 12's OpenBLAS does not know CPUs newer than it and falls back
-# to SSE kernels (shared/src/blas.rs), so name the kernel set here unless the caller did.
+# to SSE kernels (shared/src/cpu/blas.rs), so name the kernel set here unless the caller did.
 ifeq ($(origin OPENBLAS_CORETYPE),undefined)
 OPENBLAS_CORETYPE := $(shell grep -qw avx512bw /proc/cpuinfo 2>/dev/null && echo SkylakeX \
 	|| { grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo Haswell; })
