@@ -9,7 +9,10 @@ use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
 
 fn logits(model: &BertClassifier<Cpu>, tok: &BertTokenizer) -> Vec<f32> {
     let batch = tok
-        .encode(&[("a gripping, heartfelt film", None), ("the cat sat", Some("a cat is sitting"))], 64)
+        .encode(
+            &[("a gripping, heartfelt film", None), ("the cat sat", Some("a cat is sitting"))],
+            64,
+        )
         .unwrap();
     let out = model.forward(&batch.to_input::<Cpu>(&Default::default()), ForwardOptions::default());
     out.logits.unwrap().into_data().into_vec().unwrap()
@@ -22,7 +25,8 @@ fn save_then_load_gives_identical_logits() {
     let device = Default::default();
     let (model, report) = load_classifier::<Cpu>(&minilm_dir(), Some(2), &device).unwrap();
     assert_eq!(report.initialized_fresh, ["classifier"]);
-    let model = model.with_connections(&ConnectionSpec::parse("im:T=2,layers=4-5").unwrap()).unwrap();
+    let model =
+        model.with_connections(&ConnectionSpec::parse("im:T=2,layers=4-5").unwrap()).unwrap();
     let tok = BertTokenizer::from_dir(&minilm_dir()).unwrap();
     let before = logits(&model, &tok);
 
@@ -35,7 +39,8 @@ fn save_then_load_gives_identical_logits() {
     let (loaded, report) = load_classifier::<Cpu>(&saved, None, &device).unwrap();
     assert!(report.initialized_fresh.is_empty() && report.unused.is_empty(), "{report:?}");
     assert_eq!(loaded.num_labels(), 2);
-    let loaded = loaded.with_connections(&ConnectionSpec::parse("im:T=2,layers=4-5").unwrap()).unwrap();
+    let loaded =
+        loaded.with_connections(&ConnectionSpec::parse("im:T=2,layers=4-5").unwrap()).unwrap();
     assert_eq!(logits(&loaded, &tok), before);
 
     // Plain-BERT logits for the Python check against transformers.
@@ -65,7 +70,9 @@ fn saving_replaces_an_existing_directory_whole() {
 #[test]
 fn bad_inputs_are_clear_errors() {
     let device = Default::default();
-    let err = load_classifier::<Cpu>(std::path::Path::new("/no/such/model"), None, &device).err().unwrap();
+    let err = load_classifier::<Cpu>(std::path::Path::new("/no/such/model"), None, &device)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("/no/such/model"), "{err}");
 
     let dir = repo_root().join("target/test-artifacts/bad-config");
@@ -79,17 +86,29 @@ fn bad_inputs_are_clear_errors() {
     let key = "bert.encoder.layer.0.intermediate.dense.weight";
     tensors.get_mut(key).unwrap().shape = vec![16, 32];
     let config = shared::BertConfig::from_file(&fixture("tiny-bert/config.json")).unwrap();
-    let err = shared::io::checkpoint::load_from_tensors::<Cpu>(&config, tensors.clone(), None, "x".as_ref(), &device)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = shared::io::checkpoint::load_from_tensors::<Cpu>(
+        &config,
+        tensors.clone(),
+        None,
+        "x".as_ref(),
+        &device,
+    )
+    .err()
+    .unwrap()
+    .to_string();
     assert!(err.contains(key) && err.contains("[32, 16]") && err.contains("[16, 32]"), "{err}");
 
     tensors.remove(key);
-    let err = shared::io::checkpoint::load_from_tensors::<Cpu>(&config, tensors, None, "x".as_ref(), &device)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = shared::io::checkpoint::load_from_tensors::<Cpu>(
+        &config,
+        tensors,
+        None,
+        "x".as_ref(),
+        &device,
+    )
+    .err()
+    .unwrap()
+    .to_string();
     assert!(err.contains("missing") && err.contains(key), "{err}");
 }
 

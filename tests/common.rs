@@ -9,13 +9,13 @@ use std::path::PathBuf;
 
 pub mod gpu;
 
+use burn::module::AutodiffModule;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::Distribution;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use safetensors::Dtype;
 use shared::io::checkpoint::{hf_parameters, load_classifier, ParamTensor};
-use burn::module::AutodiffModule;
-use burn::tensor::Distribution;
 use shared::io::checkpoint::{read_safetensors, HostTensor};
 use shared::model::layer::{LayerContext, MASKED_SCORE};
 use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
@@ -52,15 +52,24 @@ pub fn minilm_dir() -> PathBuf {
 pub fn reference(name: &str) -> BTreeMap<String, (Vec<usize>, Vec<f64>)> {
     let path = fixture(name);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = safetensors::SafeTensors::deserialize(&bytes)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     st.tensors()
         .into_iter()
         .map(|(name, view)| {
             let raw = view.data();
             let values: Vec<f64> = match view.dtype() {
-                Dtype::F64 => raw.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect(),
-                Dtype::F32 => raw.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64).collect(),
-                Dtype::I64 => raw.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f64).collect(),
+                Dtype::F64 => {
+                    raw.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect()
+                }
+                Dtype::F32 => raw
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64)
+                    .collect(),
+                Dtype::I64 => raw
+                    .chunks_exact(8)
+                    .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f64)
+                    .collect(),
                 other => panic!("{name}: unexpected dtype {other:?}"),
             };
             (name, (view.shape().to_vec(), values))
@@ -101,7 +110,11 @@ pub fn minilm_reference_input<B: Backend>(
         let (shape, v) = &r[name];
         Tensor::<B, 2, Int>::from_data(TensorData::new(ints(v), [shape[0], shape[1]]), device)
     };
-    BertInput { input_ids: t("input_ids"), token_type_ids: t("token_type_ids"), attention_mask: t("attention_mask") }
+    BertInput {
+        input_ids: t("input_ids"),
+        token_type_ids: t("token_type_ids"),
+        attention_mask: t("attention_mask"),
+    }
 }
 
 /// Plain BERT's hidden states, embeddings and every layer, equal transformers' within 1e-4.
@@ -134,7 +147,8 @@ pub fn check_minilm_layer_vjp<B: AutodiffBackend>(device: &B::Device) {
     let mask = Tensor::<B, 1>::from_data(TensorData::new(mask, [batch * seq]), device);
     let attention_bias = (mask.neg().add_scalar(1.0) * MASKED_SCORE).reshape([batch, 1, 1, seq]);
     let ctx = LayerContext { attention_bias, hidden_dropout: 0.0, attention_dropout: 0.0 };
-    let h = Tensor::<B, 3>::random([batch, seq, hidden], Distribution::Normal(0.0, 1.0), device).require_grad();
+    let h = Tensor::<B, 3>::random([batch, seq, hidden], Distribution::Normal(0.0, 1.0), device)
+        .require_grad();
     let r = Tensor::<B, 3>::random([batch, seq, hidden], Distribution::Normal(0.0, 1.0), device);
 
     let (y, cache) = phi.forward_cached(h.clone(), &ctx);
@@ -146,9 +160,14 @@ pub fn check_minilm_layer_vjp<B: AutodiffBackend>(device: &B::Device) {
     assert!(rel < 1e-5, "relative difference {rel}");
 
     let phi = phi.valid();
-    let ctx = LayerContext { attention_bias: ctx.attention_bias.inner(), hidden_dropout: 0.0, attention_dropout: 0.0 };
+    let ctx = LayerContext {
+        attention_bias: ctx.attention_bias.inner(),
+        hidden_dropout: 0.0,
+        attention_dropout: 0.0,
+    };
     let (_, cache) = phi.forward_cached(h.inner(), &ctx);
-    let inference: Vec<f64> = phi.vjp(&cache, r.inner()).to_data().convert::<f64>().into_vec().unwrap();
+    let inference: Vec<f64> =
+        phi.vjp(&cache, r.inner()).to_data().convert::<f64>().into_vec().unwrap();
     let rel = max_rel_diff(&inference, &autodiff);
     println!("MiniLM layer 2 at inference: max |vjp - autodiff| / max |autodiff| = {rel:.2e}");
     assert!(rel < 1e-5, "relative difference {rel}");
@@ -161,12 +180,14 @@ pub const REFERENCE: &str = "tiny_im_reference.safetensors";
 
 pub fn spec() -> ConnectionSpec {
     let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("tiny_im_reference.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixture("tiny_im_reference.json")).unwrap())
+            .unwrap();
     ConnectionSpec::parse(meta["connection"].as_str().unwrap()).unwrap()
 }
 
 pub fn model<B: Backend>(spec: &ConnectionSpec) -> BertClassifier<B> {
-    let (model, report) = load_classifier::<B>(&fixture("tiny-bert"), None, &Default::default()).unwrap();
+    let (model, report) =
+        load_classifier::<B>(&fixture("tiny-bert"), None, &Default::default()).unwrap();
     assert!(report.initialized_fresh.is_empty());
     model.with_connections(spec).unwrap()
 }
@@ -178,11 +199,25 @@ pub fn batch<B: Backend>() -> (BertInput<B>, Tensor<B, 1, Int>) {
         let (shape, v) = &r[name];
         Tensor::<B, 2, Int>::from_data(TensorData::new(ints(v), [shape[0], shape[1]]), &device)
     };
-    let labels = Tensor::<B, 1, Int>::from_data(TensorData::new(ints(&r["labels"].1), [r["labels"].0[0]]), &device);
-    (BertInput { input_ids: t("input_ids"), token_type_ids: t("token_type_ids"), attention_mask: t("attention_mask") }, labels)
+    let labels = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(ints(&r["labels"].1), [r["labels"].0[0]]),
+        &device,
+    );
+    (
+        BertInput {
+            input_ids: t("input_ids"),
+            token_type_ids: t("token_type_ids"),
+            attention_mask: t("attention_mask"),
+        },
+        labels,
+    )
 }
 
-pub fn loss<B: Backend>(model: &BertClassifier<B>, input: &BertInput<B>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+pub fn loss<B: Backend>(
+    model: &BertClassifier<B>,
+    input: &BertInput<B>,
+    labels: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
     let logits = model.forward(input, ForwardOptions::default()).logits.unwrap();
     CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, labels)
 }
@@ -226,7 +261,10 @@ pub fn spec_with(gradient: shared::InnerGradient) -> ConnectionSpec {
 /// Every parameter gradient under `gradient` against PyTorch's (`reference.py`: `grad.` is
 /// `create_graph=True`, `grad_detached.` takes `J^T r` as a constant, `grad_frozen.` the whole
 /// inner gradient).
-pub fn compare_gradient_choice_with_pytorch<B: AutodiffBackend>(gradient: shared::InnerGradient, tolerance: f64) {
+pub fn compare_gradient_choice_with_pytorch<B: AutodiffBackend>(
+    gradient: shared::InnerGradient,
+    tolerance: f64,
+) {
     let prefix = match gradient {
         shared::InnerGradient::Exact => "grad.".to_string(),
         other => format!("grad_{}.", other.name()),
@@ -236,8 +274,10 @@ pub fn compare_gradient_choice_with_pytorch<B: AutodiffBackend>(gradient: shared
     let loss_diff = (loss - r["loss"].1[0]).abs();
     println!("loss: ours {loss:.10}, pytorch {:.10}", r["loss"].1[0]);
     assert!(loss_diff < tolerance, "loss differs by {loss_diff}");
-    let references: Vec<(&str, &Vec<f64>)> =
-        r.iter().filter_map(|(k, (_, v))| k.strip_prefix(prefix.as_str()).map(|n| (n, v))).collect();
+    let references: Vec<(&str, &Vec<f64>)> = r
+        .iter()
+        .filter_map(|(k, (_, v))| k.strip_prefix(prefix.as_str()).map(|n| (n, v)))
+        .collect();
     // Key biases have an exactly zero gradient (softmax ignores a per-row constant): there, both
     // sides are rounding noise, so measure them against the largest gradient instead.
     let global = references.iter().flat_map(|(_, v)| v.iter()).fold(0.0f64, |m, x| m.max(x.abs()));
@@ -252,11 +292,15 @@ pub fn compare_gradient_choice_with_pytorch<B: AutodiffBackend>(gradient: shared
         }
         compared += 1;
     }
-    println!("grad={}: {compared} parameter gradients; worst relative difference {:.2e} ({})", gradient.name(), worst.0, worst.1);
+    println!(
+        "grad={}: {compared} parameter gradients; worst relative difference {:.2e} ({})",
+        gradient.name(),
+        worst.0,
+        worst.1
+    );
     assert_eq!(compared, grads.len(), "every parameter has a reference gradient");
     assert!(worst.0 < tolerance, "{} differs by {}", worst.1, worst.0);
 }
-
 
 // ---- MiniLM's IM training gradient against PyTorch, per gradient choice ----
 
@@ -264,20 +308,34 @@ pub fn compare_gradient_choice_with_pytorch<B: AutodiffBackend>(gradient: shared
 /// (T=5; `setting` "paper": gamma 0.1, "converging": gamma 0.01) under `gradient`, both measured against PyTorch's f64 gradient
 /// (`minilm_im_gradients.safetensors`): worst over the stored parameters of
 /// `max|g - ref| / max|ref|`, the scale floored at 1e-6 of the largest gradient.
-pub fn minilm_gradient_error<B: AutodiffBackend>(setting: &str, gradient: shared::InnerGradient) -> (f64, f64) {
+pub fn minilm_gradient_error<B: AutodiffBackend>(
+    setting: &str,
+    gradient: shared::InnerGradient,
+) -> (f64, f64) {
     use burn::module::Param;
     let device = Default::default();
     let r = reference("minilm_im_gradients.safetensors");
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("minilm_im_gradients.json")).unwrap()).unwrap();
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("minilm_im_gradients.json")).unwrap(),
+    )
+    .unwrap();
     let (mut model, _) = load_classifier::<B>(&minilm_dir(), Some(2), &device).unwrap();
     model.config.hidden_dropout_prob = 0.0;
     model.config.attention_probs_dropout_prob = 0.0;
     model.config.classifier_dropout = Some(0.0);
     // The head PyTorch drew: HF [out, in] is burn's [in, out].
     let (w_shape, w) = &r["classifier.weight"];
-    let weight = Tensor::<B, 2>::from_data(TensorData::new(w.iter().map(|&x| x as f32).collect::<Vec<_>>(), [w_shape[0], w_shape[1]]), &device);
-    let bias = Tensor::<B, 1>::from_data(TensorData::new(r["classifier.bias"].1.iter().map(|&x| x as f32).collect::<Vec<_>>(), [w_shape[0]]), &device);
+    let weight = Tensor::<B, 2>::from_data(
+        TensorData::new(w.iter().map(|&x| x as f32).collect::<Vec<_>>(), [w_shape[0], w_shape[1]]),
+        &device,
+    );
+    let bias = Tensor::<B, 1>::from_data(
+        TensorData::new(
+            r["classifier.bias"].1.iter().map(|&x| x as f32).collect::<Vec<_>>(),
+            [w_shape[0]],
+        ),
+        &device,
+    );
     let classifier = model.classifier.as_mut().unwrap();
     classifier.weight = Param::from_tensor(weight.transpose());
     classifier.bias = Some(Param::from_tensor(bias));
@@ -287,13 +345,19 @@ pub fn minilm_gradient_error<B: AutodiffBackend>(setting: &str, gradient: shared
     }
     let model = model.with_connections(&spec).unwrap();
     let input = minilm_reference_input::<B>(&reference("minilm_hidden.safetensors"), &device);
-    let labels = Tensor::<B, 1, Int>::from_data(TensorData::new(ints(&r["labels"].1), [r["labels"].0[0]]), &device);
+    let labels = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(ints(&r["labels"].1), [r["labels"].0[0]]),
+        &device,
+    );
     let loss = loss(&model, &input, labels);
     let grads = loss.backward();
     let prefix = format!("{setting}.grad_{}.", gradient.name());
-    let references: BTreeMap<&str, &Vec<f64>> =
-        r.iter().filter_map(|(k, (_, v))| k.strip_prefix(prefix.as_str()).map(|n| (n, v))).collect();
-    let floor = 1e-6 * references.values().flat_map(|v| v.iter()).fold(0.0f64, |m, x| m.max(x.abs()));
+    let references: BTreeMap<&str, &Vec<f64>> = r
+        .iter()
+        .filter_map(|(k, (_, v))| k.strip_prefix(prefix.as_str()).map(|n| (n, v)))
+        .collect();
+    let floor =
+        1e-6 * references.values().flat_map(|v| v.iter()).fold(0.0f64, |m, x| m.max(x.abs()));
     let mut worst = 0.0f64;
     let f64s = |data: TensorData| data.convert::<f64>().into_vec::<f64>().unwrap();
     for p in hf_parameters(&model) {

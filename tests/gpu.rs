@@ -33,7 +33,9 @@ macro_rules! gpu_backend_tests {
 
         #[test]
         fn minilm_im_gradient_matches_f64_cpu() {
-            $crate::gpu::check_minilm_im_gradient::<burn::backend::Autodiff<$gpu>>(&Default::default());
+            $crate::gpu::check_minilm_im_gradient::<burn::backend::Autodiff<$gpu>>(
+                &Default::default(),
+            );
         }
 
         #[test]
@@ -45,16 +47,22 @@ macro_rules! gpu_backend_tests {
 
 /// Every encoder parameter's gradient (by HF name) of `sum(last_hidden_state * w)` for a fixed `w`,
 /// on MiniLM with the reference batch: the head stays out, so both backends hold the same weights.
-pub fn minilm_encoder_gradients<B: AutodiffBackend>(spec: &str, device: &B::Device) -> BTreeMap<String, Vec<f64>> {
+pub fn minilm_encoder_gradients<B: AutodiffBackend>(
+    spec: &str,
+    device: &B::Device,
+) -> BTreeMap<String, Vec<f64>> {
     let (model, _) = load_classifier::<B>(&minilm_dir(), None, device).unwrap();
     let mut model = model.with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
     // Autodiff means training: without this, each backend would draw its own dropout masks.
     model.config.hidden_dropout_prob = 0.0;
     model.config.attention_probs_dropout_prob = 0.0;
     let input = minilm_reference_input::<B>(&reference("minilm_hidden.safetensors"), device);
-    let h = model.forward(&input, ForwardOptions { skip_head: true, ..Default::default() }).last_hidden_state;
+    let h = model
+        .forward(&input, ForwardOptions { skip_head: true, ..Default::default() })
+        .last_hidden_state;
     let dims = h.dims();
-    let w: Vec<f32> = (0..dims.iter().product::<usize>()).map(|i| (i as f32 * 0.37).sin()).collect();
+    let w: Vec<f32> =
+        (0..dims.iter().product::<usize>()).map(|i| (i as f32 * 0.37).sin()).collect();
     let grads = (h * Tensor::<B, 3>::from_data(TensorData::new(w, dims), device)).sum().backward();
     let f64s = |data: TensorData| data.convert::<f64>().into_vec::<f64>().unwrap();
     hf_parameters(&model)
@@ -93,7 +101,12 @@ pub fn check_minilm_im_gradient<B: AutodiffBackend>(device: &B::Device) {
             worst = (rel, name.clone());
         }
     }
-    println!("{} encoder gradients; worst relative difference {:.2e} ({})", cpu.len(), worst.0, worst.1);
+    println!(
+        "{} encoder gradients; worst relative difference {:.2e} ({})",
+        cpu.len(),
+        worst.0,
+        worst.1
+    );
     assert!(worst.0 < 1e-3, "{} differs by {}", worst.1, worst.0);
 }
 
@@ -102,13 +115,18 @@ pub fn im_minilm<B: Backend>(spec: &str, device: &B::Device) -> (Vec<Vec<f64>>, 
     let (model, _) = load_classifier::<B>(&minilm_dir(), None, device).unwrap();
     let model = model.with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
     let input = minilm_reference_input::<B>(&reference("minilm_hidden.safetensors"), device);
-    let out = model.forward(&input, ForwardOptions { hidden_states: true, im_residuals: true, ..Default::default() });
+    let out = model.forward(
+        &input,
+        ForwardOptions { hidden_states: true, im_residuals: true, ..Default::default() },
+    );
     let f64s = |t: TensorData| t.convert::<f64>().into_vec::<f64>().unwrap();
     let hidden = out.hidden_states.into_iter().map(|h| f64s(h.into_data())).collect();
     let residuals = out
         .im_residuals
         .into_iter()
-        .map(|(_, per_iteration)| per_iteration.into_iter().map(|r| r.sum().into_scalar().elem::<f64>()).collect())
+        .map(|(_, per_iteration)| {
+            per_iteration.into_iter().map(|r| r.sum().into_scalar().elem::<f64>()).collect()
+        })
         .collect();
     (hidden, residuals)
 }

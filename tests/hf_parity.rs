@@ -13,14 +13,16 @@ fn minilm_every_layer_matches_transformers() {
 fn tokenizer_builds_the_reference_batch() {
     let tok = BertTokenizer::from_dir(&minilm_dir()).unwrap();
     let items: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("minilm_hidden.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixture("minilm_hidden.json")).unwrap())
+            .unwrap();
     let pairs: Vec<(String, Option<String>)> = items["items"]
         .as_array()
         .unwrap()
         .iter()
         .map(|p| (p[0].as_str().unwrap().to_string(), p[1].as_str().map(String::from)))
         .collect();
-    let refs: Vec<(&str, Option<&str>)> = pairs.iter().map(|(a, b)| (a.as_str(), b.as_deref())).collect();
+    let refs: Vec<(&str, Option<&str>)> =
+        pairs.iter().map(|(a, b)| (a.as_str(), b.as_deref())).collect();
     let batch = tok.encode(&refs, 128).unwrap();
     let r = reference("minilm_hidden.safetensors");
     assert_eq!(batch.input_ids, ints(&r["input_ids"].1));

@@ -27,7 +27,11 @@ fn im_residuals_match_pytorch() {
 }
 
 /// Perturbs one entry of a parameter, for finite differences.
-fn nudge<const D: usize>(p: &Param<Tensor<Cpu64, D>>, index: usize, eps: f64) -> Param<Tensor<Cpu64, D>> {
+fn nudge<const D: usize>(
+    p: &Param<Tensor<Cpu64, D>>,
+    index: usize,
+    eps: f64,
+) -> Param<Tensor<Cpu64, D>> {
     let t = p.val();
     let shape = t.shape();
     let mut v: Vec<f64> = t.into_data().into_vec().unwrap();
@@ -103,7 +107,10 @@ fn gradient_choices_share_the_forward_and_differ_in_the_backward() {
         let (loss, g) = gradients::<Train64>(&spec_with(other));
         assert_eq!(loss_exact, loss, "grad={} changed the forward pass", other.name());
         let rel = max_rel_diff(&g[name], &g_exact[name]);
-        println!("grad={} vs exact gradient of {name}: relative difference {rel:.2e}", other.name());
+        println!(
+            "grad={} vs exact gradient of {name}: relative difference {rel:.2e}",
+            other.name()
+        );
         assert!(rel > 1e-3, "grad={} gives the exact gradient", other.name());
     }
 }

@@ -27,13 +27,25 @@ fn frozen_im_gradient_matches_pytorch_f32() {
 /// 1.7); that is what is checked there.
 #[test]
 fn minilm_gradient_choices_match_pytorch_as_closely_as_its_own_f32() {
-    for gradient in [shared::InnerGradient::Exact, shared::InnerGradient::Detached, shared::InnerGradient::Frozen] {
+    for gradient in [
+        shared::InnerGradient::Exact,
+        shared::InnerGradient::Detached,
+        shared::InnerGradient::Frozen,
+    ] {
         let (ours, pytorch) = minilm_gradient_error::<Train>("converging", gradient);
         println!("MiniLM gamma 0.01 grad={}: ours {ours:.2e}, PyTorch f32 {pytorch:.2e} (relative to PyTorch f64)", gradient.name());
-        assert!(ours <= 5.0 * pytorch + 1e-4, "gamma 0.01 grad={}: {ours} against PyTorch's own {pytorch}", gradient.name());
+        assert!(
+            ours <= 5.0 * pytorch + 1e-4,
+            "gamma 0.01 grad={}: {ours} against PyTorch's own {pytorch}",
+            gradient.name()
+        );
 
         let (ours, pytorch) = minilm_gradient_error::<Train>("paper", gradient);
         println!("MiniLM gamma 0.1 grad={}: ours {ours:.2e}, PyTorch f32 {pytorch:.2e} (relative to PyTorch f64)", gradient.name());
-        assert!(ours > 0.1 && pytorch > 0.1 && ours < 100.0 * pytorch, "gamma 0.1 grad={}: ours {ours}, PyTorch's {pytorch}", gradient.name());
+        assert!(
+            ours > 0.1 && pytorch > 0.1 && ours < 100.0 * pytorch,
+            "gamma 0.1 grad={}: ours {ours}, PyTorch's {pytorch}",
+            gradient.name()
+        );
     }
 }

@@ -5,8 +5,10 @@ use imbert_tests::*;
 use shared::BertTokenizer;
 
 fn check(tok: &BertTokenizer, what: &str) {
-    let reference: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("tokenizer_reference.json")).unwrap()).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("tokenizer_reference.json")).unwrap(),
+    )
+    .unwrap();
     let max_len = reference["max_len"].as_u64().unwrap() as usize;
     let cases = reference["cases"].as_array().unwrap();
     assert!(cases.len() >= 20);
@@ -14,8 +16,14 @@ fn check(tok: &BertTokenizer, what: &str) {
         let a = case["text_a"].as_str().unwrap();
         let b = case["text_b"].as_str();
         let batch = tok.encode(&[(a, b)], max_len).unwrap();
-        let ids: Vec<i64> = case["input_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
-        let types: Vec<i64> = case["token_type_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        let ids: Vec<i64> =
+            case["input_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        let types: Vec<i64> = case["token_type_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
         assert_eq!(batch.input_ids, ids, "{what}: ids of {a:?} / {b:?}");
         assert_eq!(batch.token_type_ids, types, "{what}: token types of {a:?} / {b:?}");
     }

@@ -25,8 +25,13 @@ const FILE: &str = "web_reference.json";
 const MAX_LEN: usize = 32;
 /// The paper's fixed step, the recommended configuration (on WebGPU its backtracking decides on
 /// the device: the browser cannot read back mid-forward) and a step that backtracking must halve.
-const CONNECTIONS: [&str; 5] =
-    ["bert", "ex", "im:T=5,gamma=0.1", shared::RECOMMENDED_IM, "im:T=4,gamma=4,grad=detached,step=backtrack,tol=0.2"];
+const CONNECTIONS: [&str; 5] = [
+    "bert",
+    "ex",
+    "im:T=5,gamma=0.1",
+    shared::RECOMMENDED_IM,
+    "im:T=4,gamma=4,grad=detached,step=backtrack,tol=0.2",
+];
 /// Native-vs-committed tolerance on logits and residuals (the browser allows 1e-3).
 const TOLERANCE: f64 = 1e-5;
 
@@ -82,7 +87,8 @@ fn neighbour_rows() -> Vec<(&'static str, [f32; 3])> {
 }
 
 fn neighbour_index(rows: &[(&str, [f32; 3])]) -> WordNeighbours {
-    let vocab: HashMap<String, u32> = rows.iter().enumerate().map(|(i, (w, _))| (w.to_string(), i as u32)).collect();
+    let vocab: HashMap<String, u32> =
+        rows.iter().enumerate().map(|(i, (w, _))| (w.to_string(), i as u32)).collect();
     let flat: Vec<f32> = rows.iter().flat_map(|(_, r)| *r).collect();
     WordNeighbours::new(&flat, 3, &vocab).unwrap()
 }
@@ -126,7 +132,8 @@ fn compute() -> Value {
     let reread = BertTokenizer::from_json_bytes(tokenizer_json.as_bytes()).unwrap();
 
     let encode = |t: &BertTokenizer, items: &[(String, Option<String>)]| {
-        let refs: Vec<(&str, Option<&str>)> = items.iter().map(|(a, b)| (a.as_str(), b.as_deref())).collect();
+        let refs: Vec<(&str, Option<&str>)> =
+            items.iter().map(|(a, b)| (a.as_str(), b.as_deref())).collect();
         t.encode(&refs, MAX_LEN).unwrap()
     };
     let tokens: Vec<Value> = tokenizer_cases()
@@ -151,7 +158,10 @@ fn compute() -> Value {
         let mut batches = Vec::new();
         for items in logit_batches() {
             let enc = encode(&tok, &items);
-            let out = model.forward(&enc.to_input::<Cpu>(&device), ForwardOptions { im_residuals: true, ..Default::default() });
+            let out = model.forward(
+                &enc.to_input::<Cpu>(&device),
+                ForwardOptions { im_residuals: true, ..Default::default() },
+            );
             let residuals: Vec<Value> = out
                 .im_residuals
                 .into_iter()
@@ -212,7 +222,8 @@ fn differences(ours: &Value, theirs: &Value, path: &str, out: &mut Vec<String>) 
         }
         // The tokenizer is compared by meaning, not by serialisation details.
         (Value::String(a), Value::String(b)) if path.ends_with("tokenizer_json") => {
-            let (a, b): (Value, Value) = (serde_json::from_str(a).unwrap(), serde_json::from_str(b).unwrap());
+            let (a, b): (Value, Value) =
+                (serde_json::from_str(a).unwrap(), serde_json::from_str(b).unwrap());
             if a != b {
                 out.push(format!("{path}: the serialised tokenizer changed"));
             }
@@ -224,7 +235,11 @@ fn differences(ours: &Value, theirs: &Value, path: &str, out: &mut Vec<String>) 
 
 fn short(v: &Value) -> String {
     let s = v.to_string();
-    if s.chars().count() > 120 { format!("{}...", s.chars().take(120).collect::<String>()) } else { s }
+    if s.chars().count() > 120 {
+        format!("{}...", s.chars().take(120).collect::<String>())
+    } else {
+        s
+    }
 }
 
 #[test]

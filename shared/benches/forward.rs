@@ -27,22 +27,36 @@ use shared::{BertClassifier, BertConfig, BertInput, ConnectionSpec, ForwardOptio
 type B = NdArray<f32>;
 const BATCH: usize = 16;
 const SEQ: usize = 128;
-const CONFIGS: [(&str, &str); 4] =
-    [("bert", "bert"), ("ex", "ex"), ("im_all", "im:T=5,gamma=0.1"), ("im_2_3", "im:T=5,gamma=0.1,layers=2-3")];
+const CONFIGS: [(&str, &str); 4] = [
+    ("bert", "bert"),
+    ("ex", "ex"),
+    ("im_all", "im:T=5,gamma=0.1"),
+    ("im_2_3", "im:T=5,gamma=0.1,layers=2-3"),
+];
 
 fn model_dir() -> PathBuf {
-    std::env::var_os("IMBERT_MINILM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/all-minilm-l6-v2"))
+    std::env::var_os("IMBERT_MINILM").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/all-minilm-l6-v2")
+    })
 }
 
 fn input() -> BertInput<B> {
     // Same token ids as forward_torch.py is not needed: cost does not depend on the ids.
     let ids: Vec<i64> = (0..BATCH * SEQ)
-        .map(|i| match i % SEQ { 0 => 101, j if j == SEQ - 1 => 102, j => 1000 + (j as i64 * 7919 + i as i64) % 19000 })
+        .map(|i| match i % SEQ {
+            0 => 101,
+            j if j == SEQ - 1 => 102,
+            j => 1000 + (j as i64 * 7919 + i as i64) % 19000,
+        })
         .collect();
-    let t = |v: Vec<i64>| Tensor::<B, 2, Int>::from_data(TensorData::new(v, [BATCH, SEQ]), &Default::default());
-    BertInput { input_ids: t(ids), token_type_ids: t(vec![0; BATCH * SEQ]), attention_mask: t(vec![1; BATCH * SEQ]) }
+    let t = |v: Vec<i64>| {
+        Tensor::<B, 2, Int>::from_data(TensorData::new(v, [BATCH, SEQ]), &Default::default())
+    };
+    BertInput {
+        input_ids: t(ids),
+        token_type_ids: t(vec![0; BATCH * SEQ]),
+        attention_mask: t(vec![1; BATCH * SEQ]),
+    }
 }
 
 fn main() {
@@ -60,7 +74,13 @@ fn main() {
     let mut group = c.benchmark_group("minilm_forward_b16_s128");
     let models: Vec<(&str, &str, BertClassifier<B>)> = CONFIGS
         .iter()
-        .map(|&(name, spec)| (name, spec, base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap()))
+        .map(|&(name, spec)| {
+            (
+                name,
+                spec,
+                base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap(),
+            )
+        })
         .collect();
     for (name, _, model) in &models {
         group.bench_function(*name, |b| {
@@ -80,7 +100,9 @@ fn main() {
 /// efficient code would show in the last column.
 fn flop_ratio(config: &BertConfig, spec: &str) -> f64 {
     let flops = |spec: &str| {
-        let connections = ConnectionSpec::parse(spec).and_then(|s| s.per_layer(config.num_hidden_layers)).expect("a valid spec");
+        let connections = ConnectionSpec::parse(spec)
+            .and_then(|s| s.per_layer(config.num_hidden_layers))
+            .expect("a valid spec");
         forward_flops(config, &connections, SEQ, true)
     };
     flops(spec) / flops("bert")
@@ -93,10 +115,20 @@ const PAIRED_SECONDS: f64 = 20.0;
 /// rounds: one forward of ours, then the same forward in PyTorch, round after round. On a noisy
 /// machine a ratio of two medians taken minutes apart moved by 30%; paired, both sides of each
 /// round see the same load.
-fn report(dir: &std::path::Path, models: &[(&str, &str, BertClassifier<B>)], x: &BertInput<B>, config: &BertConfig) {
+fn report(
+    dir: &std::path::Path,
+    models: &[(&str, &str, BertClassifier<B>)],
+    x: &BertInput<B>,
+    config: &BertConfig,
+) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/forward_torch.py");
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let args = [dir.to_string_lossy().into_owned(), BATCH.to_string(), SEQ.to_string(), threads.to_string()];
+    let args = [
+        dir.to_string_lossy().into_owned(),
+        BATCH.to_string(),
+        SEQ.to_string(),
+        threads.to_string(),
+    ];
     let mut peer = peer::Peer::start(&script, &args);
     let bert = peer::criterion_median("minilm_forward_b16_s128", "bert");
     let mut rows = Vec::new();
@@ -105,14 +137,29 @@ fn report(dir: &std::path::Path, models: &[(&str, &str, BertClassifier<B>)], x: 
         let paired = peer.as_mut().and_then(|peer| paired_rounds(peer, name, model, x));
         rows.push((*name, *spec, ours, paired));
     }
-    println!("\nMiniLM-L6 forward, batch {BATCH}, seq {SEQ}, CPU ({threads} threads), GEMM: {}", shared::cpu::blas::cpu_gemm());
+    println!(
+        "\nMiniLM-L6 forward, batch {BATCH}, seq {SEQ}, CPU ({threads} threads), GEMM: {}",
+        shared::cpu::blas::cpu_gemm()
+    );
     println!(
         "{:<8} {:>9} {:>12} {:>9} {:>13} {:>7} {:>14} {:>11}",
-        "config", "ours (s)", "PyTorch (s)", "ours/PT", "(min-max)", "rounds", "ours/our BERT", "FLOPs/BERT"
+        "config",
+        "ours (s)",
+        "PyTorch (s)",
+        "ours/PT",
+        "(min-max)",
+        "rounds",
+        "ours/our BERT",
+        "FLOPs/BERT"
     );
     for (name, spec, ours, paired) in rows {
         let (pt, ratio, range, rounds) = match paired {
-            Some(p) => (format!("{:.3}", p.pytorch), format!("{:.2}x", p.ratio), format!("{:.2}-{:.2}", p.min, p.max), p.rounds.to_string()),
+            Some(p) => (
+                format!("{:.3}", p.pytorch),
+                format!("{:.2}x", p.ratio),
+                format!("{:.2}-{:.2}", p.min, p.max),
+                p.rounds.to_string(),
+            ),
             None => ("n/a".into(), "n/a".into(), String::new(), "0".into()),
         };
         let vs_bert = bert.map_or("n/a".to_string(), |b| format!("{:.2}x", ours / b));
@@ -135,10 +182,17 @@ struct Paired {
     rounds: usize,
 }
 
-fn paired_rounds(peer: &mut peer::Peer, name: &str, model: &BertClassifier<B>, x: &BertInput<B>) -> Option<Paired> {
+fn paired_rounds(
+    peer: &mut peer::Peer,
+    name: &str,
+    model: &BertClassifier<B>,
+    x: &BertInput<B>,
+) -> Option<Paired> {
     let ours = || {
         let start = std::time::Instant::now();
-        black_box(model.forward(black_box(x), ForwardOptions::default()).logits.map(|l| l.into_data()));
+        black_box(
+            model.forward(black_box(x), ForwardOptions::default()).logits.map(|l| l.into_data()),
+        );
         start.elapsed().as_secs_f64()
     };
     // One warm-up round, which also sizes the rest.
@@ -155,6 +209,9 @@ fn paired_rounds(peer: &mut peer::Peer, name: &str, model: &BertClassifier<B>, x
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (min, max) = (ratios.iter().copied().fold(f64::INFINITY, f64::min), ratios.iter().copied().fold(0.0, f64::max));
+    let (min, max) = (
+        ratios.iter().copied().fold(f64::INFINITY, f64::min),
+        ratios.iter().copied().fold(0.0, f64::max),
+    );
     Some(Paired { pytorch: median(&mut pytorch), ratio: median(&mut ratios), min, max, rounds })
 }

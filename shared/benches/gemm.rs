@@ -54,10 +54,15 @@ fn main() {
         let a = Tensor::<B, 4>::random(lhs, Distribution::Normal(0.0, 1.0), &device);
         let b = Tensor::<B, 4>::random(rhs, Distribution::Normal(0.0, 1.0), &device);
         if lhs[0] * lhs[1] == 1 {
-            let (a, b): (Tensor<B, 2>, Tensor<B, 2>) = (a.squeeze_dims(&[0, 1]), b.squeeze_dims(&[0, 1]));
-            group.bench_function(name, |bench| bench.iter(|| black_box(kernels::linear(a.clone(), b.clone(), None))));
+            let (a, b): (Tensor<B, 2>, Tensor<B, 2>) =
+                (a.squeeze_dims(&[0, 1]), b.squeeze_dims(&[0, 1]));
+            group.bench_function(name, |bench| {
+                bench.iter(|| black_box(kernels::linear(a.clone(), b.clone(), None)))
+            });
         } else {
-            group.bench_function(name, |bench| bench.iter(|| black_box(kernels::matmul(a.clone(), b.clone()))));
+            group.bench_function(name, |bench| {
+                bench.iter(|| black_box(kernels::matmul(a.clone(), b.clone())))
+            });
         }
     }
     group.finish();
@@ -72,10 +77,19 @@ fn report() {
         .collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/gemm_torch.py");
-    let torch = peer::pytorch_timings(&script, &[serde_json::Value::Object(shapes).to_string(), threads.to_string(), "20".into()]);
+    let torch = peer::pytorch_timings(
+        &script,
+        &[serde_json::Value::Object(shapes).to_string(), threads.to_string(), "20".into()],
+    );
     let ours = |name: &str| peer::criterion_median("minilm_gemm", name);
-    println!("\nMiniLM-L6 layer GEMMs, batch 16, seq 128, CPU ({threads} threads), GEMM: {}", shared::cpu::blas::cpu_gemm());
-    println!("{:<22} {:>10} {:>10} {:>12} {:>12} {:>9}", "product", "ours (ms)", "GFLOP/s", "PyTorch (ms)", "GFLOP/s", "ours/PT");
+    println!(
+        "\nMiniLM-L6 layer GEMMs, batch 16, seq 128, CPU ({threads} threads), GEMM: {}",
+        shared::cpu::blas::cpu_gemm()
+    );
+    println!(
+        "{:<22} {:>10} {:>10} {:>12} {:>12} {:>9}",
+        "product", "ours (ms)", "GFLOP/s", "PyTorch (ms)", "GFLOP/s", "ours/PT"
+    );
     let (mut total_ours, mut total_pt) = (0.0, Some(0.0));
     for (name, lhs, rhs, per_layer) in PRODUCTS {
         let Some(t) = ours(name) else { continue };
@@ -84,10 +98,16 @@ fn report() {
         total_ours += t * (per_layer * LAYERS) as f64;
         total_pt = total_pt.zip(pt).map(|(s, p)| s + p * (per_layer * LAYERS) as f64);
         let (pt_ms, pt_rate, ratio) = match pt {
-            Some(p) => (format!("{:.2}", p * 1e3), format!("{:.0}", f / p / 1e9), format!("{:.2}x", t / p)),
+            Some(p) => {
+                (format!("{:.2}", p * 1e3), format!("{:.0}", f / p / 1e9), format!("{:.2}x", t / p))
+            }
             None => ("n/a".into(), "n/a".into(), "n/a".into()),
         };
-        println!("{name:<22} {:>10.2} {:>10.0} {pt_ms:>12} {pt_rate:>12} {ratio:>9}", t * 1e3, f / t / 1e9);
+        println!(
+            "{name:<22} {:>10.2} {:>10.0} {pt_ms:>12} {pt_rate:>12} {ratio:>9}",
+            t * 1e3,
+            f / t / 1e9
+        );
     }
     match total_pt {
         Some(pt) if torch.is_some() => println!(

@@ -27,8 +27,11 @@ pub mod model;
 pub mod rng;
 pub mod robustness;
 
+pub use error::Error;
 pub use io::tokenizer::{BertTokenizer, EncodedBatch};
 pub use model::config::BertConfig;
-pub use error::Error;
-pub use model::implicit_euler::{residual_rises, Connection, ConnectionSpec, ImplicitEuler, InnerGradient, SolveOptions, StepRule, RECOMMENDED_IM};
+pub use model::implicit_euler::{
+    residual_rises, Connection, ConnectionSpec, ImplicitEuler, InnerGradient, SolveOptions,
+    StepRule, RECOMMENDED_IM,
+};
 pub use model::{BertClassifier, BertInput, ClassifierOutput, ForwardOptions};

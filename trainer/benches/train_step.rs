@@ -38,18 +38,34 @@ struct Setup {
 impl Setup {
     fn new(dir: &Path) -> Self {
         let device = Default::default();
-        let (base, _) = load_for_task::<B>(dir, 2, &device).unwrap_or_else(|e| panic!("{e}: run `make model` first"));
+        let (base, _) = load_for_task::<B>(dir, 2, &device)
+            .unwrap_or_else(|e| panic!("{e}: run `make model` first"));
         let ids: Vec<i64> = (0..BATCH * SEQ)
-            .map(|i| match i % SEQ { 0 => 101, j if j == SEQ - 1 => 102, j => 1000 + (j as i64 * 7919 + i as i64) % 19000 })
+            .map(|i| match i % SEQ {
+                0 => 101,
+                j if j == SEQ - 1 => 102,
+                j => 1000 + (j as i64 * 7919 + i as i64) % 19000,
+            })
             .collect();
-        let t = |v: Vec<i64>| Tensor::<B, 2, Int>::from_data(TensorData::new(v, [BATCH, SEQ]), &device);
-        let input = BertInput { input_ids: t(ids), token_type_ids: t(vec![0; BATCH * SEQ]), attention_mask: t(vec![1; BATCH * SEQ]) };
-        let labels = Tensor::<B, 1, Int>::from_data(TensorData::new((0..BATCH as i64).map(|i| i % 2).collect::<Vec<_>>(), [BATCH]), &device);
+        let t =
+            |v: Vec<i64>| Tensor::<B, 2, Int>::from_data(TensorData::new(v, [BATCH, SEQ]), &device);
+        let input = BertInput {
+            input_ids: t(ids),
+            token_type_ids: t(vec![0; BATCH * SEQ]),
+            attention_mask: t(vec![1; BATCH * SEQ]),
+        };
+        let labels = Tensor::<B, 1, Int>::from_data(
+            TensorData::new((0..BATCH as i64).map(|i| i % 2).collect::<Vec<_>>(), [BATCH]),
+            &device,
+        );
         Self { base, input, labels, ce: CrossEntropyLossConfig::new().init(&device) }
     }
 
     fn loss(&self, model: &BertClassifier<B>) -> Tensor<B, 1> {
-        self.ce.forward(model.forward(&self.input, ForwardOptions::default()).logits.unwrap(), self.labels.clone())
+        self.ce.forward(
+            model.forward(&self.input, ForwardOptions::default()).logits.unwrap(),
+            self.labels.clone(),
+        )
     }
 }
 
@@ -60,7 +76,8 @@ fn median(mut times: Vec<f64>) -> Option<f64> {
 
 /// Median seconds of a whole training step with our AdamW, after one warm-up step.
 fn time_steps(setup: &Setup, spec: &str) -> f64 {
-    let mut model = setup.base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
+    let mut model =
+        setup.base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
     let mut optim = AdamW::new(0.9, 0.999, 1e-8, 0.0).init::<B, BertClassifier<B>>();
     let mut times = Vec::new();
     for rep in 0..=REPS {
@@ -80,7 +97,8 @@ fn time_steps(setup: &Setup, spec: &str) -> f64 {
 /// second step on, when the moments exist).
 fn time_updates(setup: &Setup) -> (f64, f64) {
     let mut fused = AdamW::new(0.9, 0.999, 1e-8, 0.0).init::<B, BertClassifier<B>>();
-    let mut burns = AdamWConfig::new().with_epsilon(1e-8).with_weight_decay(0.0).init::<B, BertClassifier<B>>();
+    let mut burns =
+        AdamWConfig::new().with_epsilon(1e-8).with_weight_decay(0.0).init::<B, BertClassifier<B>>();
     let (mut a, mut b) = (setup.base.clone(), setup.base.clone());
     let (mut fused_times, mut burn_times) = (Vec::new(), Vec::new());
     for rep in 0..=REPS {
@@ -103,9 +121,9 @@ fn time_updates(setup: &Setup) -> (f64, f64) {
 
 fn main() {
     shared::cpu::allocator::keep_freed_pages();
-    let dir = std::env::var_os("IMBERT_MINILM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/all-minilm-l6-v2"));
+    let dir = std::env::var_os("IMBERT_MINILM").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/all-minilm-l6-v2")
+    });
     let setup = Setup::new(&dir);
 
     // `cargo bench --bench train_step -- bert` runs only the configs whose name contains "bert".
@@ -115,17 +133,28 @@ fn main() {
         .filter(|(name, _)| name.contains(filter.as_str()))
         .map(|(name, spec)| (name, time_steps(&setup, spec)))
         .collect();
-    let updates = ("adamw".contains(filter.as_str()) || "bert".contains(filter.as_str())).then(|| time_updates(&setup));
+    let updates = ("adamw".contains(filter.as_str()) || "bert".contains(filter.as_str()))
+        .then(|| time_updates(&setup));
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/train_step_torch.py");
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let args = [dir.to_string_lossy().into_owned(), BATCH.to_string(), SEQ.to_string(), threads.to_string(), REPS.to_string(), filter];
+    let args = [
+        dir.to_string_lossy().into_owned(),
+        BATCH.to_string(),
+        SEQ.to_string(),
+        threads.to_string(),
+        REPS.to_string(),
+        filter,
+    ];
     let torch = peer::pytorch_timings(&script, &args);
     println!(
         "MiniLM-L6 training step (forward + backward + AdamW), batch {BATCH}, seq {SEQ}, CPU, GEMM: {}",
         shared::cpu::blas::cpu_gemm()
     );
-    println!("{:<8} {:>12} {:>12} {:>14} {:>10}", "config", "ours (s)", "ours ex/s", "PyTorch (s)", "ours/PT");
+    println!(
+        "{:<8} {:>12} {:>12} {:>14} {:>10}",
+        "config", "ours (s)", "ours ex/s", "PyTorch (s)", "ours/PT"
+    );
     for (name, secs) in &ours {
         let pt = torch.as_ref().and_then(|v| v[*name].as_f64());
         println!(
@@ -136,7 +165,12 @@ fn main() {
         );
     }
     if let Some((fused, burns)) = updates {
-        println!("AdamW update alone: ours {:.1} ms, burn's AdamW {:.1} ms ({:.2}x)", fused * 1e3, burns * 1e3, fused / burns);
+        println!(
+            "AdamW update alone: ours {:.1} ms, burn's AdamW {:.1} ms ({:.2}x)",
+            fused * 1e3,
+            burns * 1e3,
+            fused / burns
+        );
     }
     if torch.is_none() {
         println!("(PyTorch column skipped: set IMBERT_PYTHON, or run `make bench`)");

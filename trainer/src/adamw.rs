@@ -63,7 +63,8 @@ impl<B: Backend> SimpleOptimizer<B> for AdamW {
                 (param, Some(AdamWState::new(AdaptiveMomentumState::new(time, moment_1, moment_2))))
             }
             Err(AdamWTensors { param, grad, moments }) => {
-                let state = moments.map(|(m, v)| AdamWState::new(AdaptiveMomentumState::new(time - 1, m, v)));
+                let state = moments
+                    .map(|(m, v)| AdamWState::new(AdaptiveMomentumState::new(time - 1, m, v)));
                 self.fallback.step(lr, param, grad, state)
             }
         }
@@ -127,7 +128,8 @@ pub fn adamw_update<B: Backend, const D: usize>(
         }
     };
     const BLOCK: usize = 1 << 15;
-    let fused = elementwise_in_place([param, m, v], [&grad], BLOCK, |[p, m, v], [g]| update((p, m, v, g)));
+    let fused =
+        elementwise_in_place([param, m, v], [&grad], BLOCK, |[p, m, v], [g]| update((p, m, v, g)));
     fused.map_err(|[param, m, v]| AdamWTensors { param, grad, moments: started.then_some((m, v)) })
 }
 
@@ -153,7 +155,8 @@ mod tests {
         };
         for weight_decay in [0.0, 0.01] {
             let ours = AdamW::new(0.9, 0.999, 1e-8, weight_decay);
-            let burns = AdamWConfig::new().with_epsilon(1e-8).with_weight_decay(weight_decay).build();
+            let burns =
+                AdamWConfig::new().with_epsilon(1e-8).with_weight_decay(weight_decay).build();
             let (mut p_ours, mut p_burn) = (f32_tensor(1, 1.0), f32_tensor(1, 1.0));
             let (mut s_ours, mut s_burn) = (None, None);
             for step in 0..3u64 {
@@ -161,17 +164,26 @@ mod tests {
                 let lr = 2e-3 * (step + 1) as f64;
                 // The fused path must be the one under test here.
                 assert!(adamw_update(
-                    &AdamWStep { lr, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-8, weight_decay, time: 1 },
+                    &AdamWStep {
+                        lr,
+                        beta_1: 0.9,
+                        beta_2: 0.999,
+                        epsilon: 1e-8,
+                        weight_decay,
+                        time: 1
+                    },
                     AdamWTensors { param: p_ours.clone(), grad: grad.clone(), moments: None },
                 )
                 .is_ok());
                 let (before_ours, before_burn) = (p_ours.clone(), p_burn.clone());
-                (p_ours, s_ours) = SimpleOptimizer::<Cpu>::step(&ours, lr, p_ours, grad.clone(), s_ours);
+                (p_ours, s_ours) =
+                    SimpleOptimizer::<Cpu>::step(&ours, lr, p_ours, grad.clone(), s_ours);
                 (p_burn, s_burn) = burns.step(lr, p_burn, grad, s_burn);
                 let (a, b) = (s_ours.as_ref().unwrap(), s_burn.as_ref().unwrap());
                 assert_eq!(a.momentum.time, b.momentum.time);
                 // The change of the parameters, not the parameters: the step is small beside them.
-                let (change_ours, change_burn) = (p_ours.clone() - before_ours, p_burn.clone() - before_burn);
+                let (change_ours, change_burn) =
+                    (p_ours.clone() - before_ours, p_burn.clone() - before_burn);
                 for (what, x, y) in [
                     ("parameter change", &change_ours, &change_burn),
                     ("moment_1", &a.momentum.moment_1, &b.momentum.moment_1),
@@ -193,8 +205,14 @@ mod tests {
     fn other_backends_fall_back_to_burns_adamw() {
         type Cpu64 = NdArray<f64>;
         let device = Default::default();
-        let param = Tensor::<Cpu64, 1>::from_data(TensorData::new(vec![1.0f64, -2.0, 3.0], [3]), (&device, DType::F64));
-        let grad = Tensor::<Cpu64, 1>::from_data(TensorData::new(vec![0.5f64, 0.5, -0.5], [3]), (&device, DType::F64));
+        let param = Tensor::<Cpu64, 1>::from_data(
+            TensorData::new(vec![1.0f64, -2.0, 3.0], [3]),
+            (&device, DType::F64),
+        );
+        let grad = Tensor::<Cpu64, 1>::from_data(
+            TensorData::new(vec![0.5f64, 0.5, -0.5], [3]),
+            (&device, DType::F64),
+        );
         let ours = AdamW::new(0.9, 0.999, 1e-8, 0.0);
         let (p, state) = SimpleOptimizer::<Cpu64>::step(&ours, 0.1, param, grad, None);
         // The first AdamW step moves every weight by lr against the gradient's sign.

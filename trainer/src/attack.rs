@@ -8,9 +8,11 @@ use anyhow::{bail, Context, Result};
 use burn::tensor::backend::Backend;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use shared::robustness::attack::{AttackConfig, AttackResult, AttackStatus, AttackSummary, PairField, TextFooler};
-use shared::io::bundle::load_model_dir;
 use shared::data::Task;
+use shared::io::bundle::load_model_dir;
+use shared::robustness::attack::{
+    AttackConfig, AttackResult, AttackStatus, AttackSummary, PairField, TextFooler,
+};
 use shared::robustness::neighbours::WordNeighbours;
 use shared::{BertTokenizer, ConnectionSpec};
 
@@ -122,7 +124,9 @@ pub fn run(args: AttackArgs) -> Result<()> {
         bail!("{}: no examples to attack", args.data.display());
     }
     let spec = connection_spec(&args.model, args.connection.as_deref())?;
-    crate::with_backend!(args.backend, |B, device| attack::<B>(&args, config, &spec, &examples, &device))
+    crate::with_backend!(args.backend, |B, device| attack::<B>(
+        &args, config, &spec, &examples, &device
+    ))
 }
 
 /// `--connection`, else the `connection` of `MODEL/imbert.json`, else plain BERT.
@@ -134,14 +138,17 @@ fn connection_spec(model: &Path, flag: Option<&str>) -> Result<ConnectionSpec> {
     if !path.exists() {
         return Ok(ConnectionSpec::default());
     }
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let value: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     match value.get("connection") {
         None | Some(serde_json::Value::Null) => Ok(ConnectionSpec::default()),
-        Some(serde_json::Value::String(spec)) => {
-            ConnectionSpec::parse(spec).with_context(|| format!("{}: field `connection`", path.display()))
+        Some(serde_json::Value::String(spec)) => ConnectionSpec::parse(spec)
+            .with_context(|| format!("{}: field `connection`", path.display())),
+        Some(other) => {
+            bail!("{}: field `connection` is {other}, expected a spec string", path.display())
         }
-        Some(other) => bail!("{}: field `connection` is {other}, expected a spec string", path.display()),
     }
 }
 
@@ -157,23 +164,39 @@ fn attack<B: Backend>(
     let (model, report) =
         load_model_dir::<B>(&args.model, args.num_labels, device).context("loading the model")?;
     for name in &report.initialized_fresh {
-        tracing::warn!("{name} is not in {}: initialised fresh (random)", report.weights_file.display());
+        tracing::warn!(
+            "{name} is not in {}: initialised fresh (random)",
+            report.weights_file.display()
+        );
     }
     let task_labels = args.task.num_labels();
     match model.num_labels() {
-        0 => bail!("{} has no classifier: pass --num-labels {task_labels} to add a fresh (random) one", args.model.display()),
-        n if n != task_labels => bail!("the model has {n} classes, task {} has {task_labels}", args.task),
+        0 => bail!(
+            "{} has no classifier: pass --num-labels {task_labels} to add a fresh (random) one",
+            args.model.display()
+        ),
+        n if n != task_labels => {
+            bail!("the model has {n} classes, task {} has {task_labels}", args.task)
+        }
         _ => {}
     }
     let model = model.with_connections(spec)?;
     let max_positions = model.config.max_position_embeddings;
     if args.max_len > max_positions {
-        tracing::warn!("--max-len {} is past the model's {max_positions} positions: using {max_positions}", args.max_len);
+        tracing::warn!(
+            "--max-len {} is past the model's {max_positions} positions: using {max_positions}",
+            args.max_len
+        );
     }
 
     let start = Instant::now();
-    let neighbours = WordNeighbours::from_model(&model, &tokenizer).context("indexing the word embeddings")?;
-    tracing::info!("{} whole-word embeddings indexed in {:.2}s", neighbours.len(), start.elapsed().as_secs_f64());
+    let neighbours =
+        WordNeighbours::from_model(&model, &tokenizer).context("indexing the word embeddings")?;
+    tracing::info!(
+        "{} whole-word embeddings indexed in {:.2}s",
+        neighbours.len(),
+        start.elapsed().as_secs_f64()
+    );
     let attacker = TextFooler::new(&model, &tokenizer, &neighbours, config)?;
 
     let start = Instant::now();
@@ -205,7 +228,8 @@ fn attack<B: Backend>(
     print_report(&report);
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report)?;
-        shared::io::checkpoint::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+        shared::io::checkpoint::write_atomic(path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
@@ -226,7 +250,8 @@ fn print_report(report: &AttackReport) {
             AttackStatus::Skipped => "SKIPPED",
         };
         let p = |probs: &[f32], i: usize| probs.get(i).copied().unwrap_or(f32::NAN);
-        let subs: Vec<String> = r.substitutions.iter().map(|s| format!("{} -> {}", s.before, s.after)).collect();
+        let subs: Vec<String> =
+            r.substitutions.iter().map(|s| format!("{} -> {}", s.before, s.after)).collect();
         println!(
             "[{}] {status:9} {} ({:.2}) -> {} ({:.2})  {} queries  {}",
             r.idx,
@@ -251,7 +276,14 @@ fn print_report(report: &AttackReport) {
         ("Average perturbed word %:", pct(s.avg_perturbed_word_pct)),
         ("Average num. words per input:", num(s.avg_num_words)),
         ("Avg num queries:", num(s.avg_queries)),
-        ("Time:", format!("{:.1}s ({:.2}s/example)", report.elapsed_s, report.elapsed_s / s.total.max(1) as f64)),
+        (
+            "Time:",
+            format!(
+                "{:.1}s ({:.2}s/example)",
+                report.elapsed_s,
+                report.elapsed_s / s.total.max(1) as f64
+            ),
+        ),
     ];
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);

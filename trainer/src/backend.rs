@@ -64,11 +64,8 @@ pub fn probe_cuda() -> anyhow::Result<()> {
     // SAFETY: loading the driver library runs its initialisers, which is what cudarc would do
     // next anyway; the two symbols have these C signatures in every CUDA driver API version.
     unsafe {
-        let names: &[&str] = if cfg!(windows) {
-            &["nvcuda.dll"]
-        } else {
-            &["libcuda.so.1", "libcuda.so"]
-        };
+        let names: &[&str] =
+            if cfg!(windows) { &["nvcuda.dll"] } else { &["libcuda.so.1", "libcuda.so"] };
         // Report why the first (canonical) name failed, not the fallback's error.
         let mut lib = libloading::Library::new(names[0]);
         for name in &names[1..] {
@@ -78,9 +75,8 @@ pub fn probe_cuda() -> anyhow::Result<()> {
         }
         let lib =
             lib.context("--backend cuda: the NVIDIA driver library (libcuda) is not installed")?;
-        let init: libloading::Symbol<CuInit> = lib
-            .get(b"cuInit\0")
-            .context("--backend cuda: libcuda has no cuInit")?;
+        let init: libloading::Symbol<CuInit> =
+            lib.get(b"cuInit\0").context("--backend cuda: libcuda has no cuInit")?;
         let status = init(0);
         if status != 0 {
             bail!("--backend cuda: cuInit failed with CUresult {status} (no usable NVIDIA GPU?)");

@@ -61,7 +61,11 @@ pub fn dev_files(dir: &Path, task: Task) -> Vec<(String, PathBuf)> {
 
 /// The annotated AdvGLUE dev set.
 pub fn advglue_file(dir: &Path) -> Result<PathBuf> {
-    first_existing(dir, &["advglue/dev_ann.json".into(), "advglue/dev.json".into()], "AdvGLUE dev file")
+    first_existing(
+        dir,
+        &["advglue/dev_ann.json".into(), "advglue/dev.json".into()],
+        "AdvGLUE dev file",
+    )
 }
 
 /// AdvGLUE task keys evaluated for a GLUE task (MNLI has matched and mismatched items).

@@ -11,8 +11,8 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::Args;
-use shared::io::bundle::load_model_dir;
 use shared::data::{self, AdvExample, Example, Task};
+use shared::io::bundle::load_model_dir;
 use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
 
 use crate::backend::BackendKind;
@@ -75,10 +75,14 @@ pub fn predict<B: Backend>(
     let (mut loss_sum, mut tokens) = (0.0, 0usize);
     let ce = CrossEntropyLossConfig::new().init(device);
     for chunk in examples.chunks(batch_size.max(1)) {
-        let items: Vec<(&str, Option<&str>)> = chunk.iter().map(|e| (e.text_a.as_str(), e.text_b.as_deref())).collect();
+        let items: Vec<(&str, Option<&str>)> =
+            chunk.iter().map(|e| (e.text_a.as_str(), e.text_b.as_deref())).collect();
         let batch = tokenizer.encode(&items, max_len)?;
         tokens += (0..batch.batch).map(|i| batch.length(i)).sum::<usize>();
-        let logits = model.forward(&batch.to_input::<B>(device), ForwardOptions::default()).logits.context("the model has no classifier")?;
+        let logits = model
+            .forward(&batch.to_input::<B>(device), ForwardOptions::default())
+            .logits
+            .context("the model has no classifier")?;
         let labels: Vec<i64> = chunk.iter().map(|e| e.label as i64).collect();
         let labels = Tensor::<B, 1, Int>::from_data(TensorData::new(labels, [chunk.len()]), device);
         let loss: f64 = ce.forward(logits.clone(), labels).into_scalar().elem();
@@ -86,11 +90,17 @@ pub fn predict<B: Backend>(
             anyhow::bail!("non-finite loss during evaluation");
         }
         loss_sum += loss * chunk.len() as f64;
-        let argmax = logits.argmax(1).into_data().convert::<i64>().into_vec::<i64>().unwrap_or_default();
+        let argmax =
+            logits.argmax(1).into_data().convert::<i64>().into_vec::<i64>().unwrap_or_default();
         predicted.extend(argmax.into_iter().map(|p| p as usize));
     }
     let n = examples.len().max(1) as f64;
-    Ok(Predictions { predicted, loss: loss_sum / n, seconds: start.elapsed().as_secs_f64(), mean_tokens: tokens as f64 / n })
+    Ok(Predictions {
+        predicted,
+        loss: loss_sum / n,
+        seconds: start.elapsed().as_secs_f64(),
+        mean_tokens: tokens as f64 / n,
+    })
 }
 
 use burn::tensor::ElementConversion;
@@ -103,7 +113,11 @@ pub fn score(predicted: &[usize], labels: &[usize], with_f1: bool) -> Score {
         let tp = predicted.iter().zip(labels).filter(|(p, l)| **p == 1 && **l == 1).count() as f64;
         let fp = predicted.iter().zip(labels).filter(|(p, l)| **p == 1 && **l != 1).count() as f64;
         let fn_ = predicted.iter().zip(labels).filter(|(p, l)| **p != 1 && **l == 1).count() as f64;
-        if tp == 0.0 { 0.0 } else { 2.0 * tp / (2.0 * tp + fp + fn_) }
+        if tp == 0.0 {
+            0.0
+        } else {
+            2.0 * tp / (2.0 * tp + fp + fn_)
+        }
     });
     Score { n, accuracy: if n == 0 { 0.0 } else { correct as f64 / n as f64 }, f1 }
 }
@@ -121,12 +135,17 @@ pub fn top_share(values: &[usize]) -> f64 {
 /// label, or more than 90% of the predictions on one label.
 pub fn did_not_learn(clean: &[CleanResult]) -> Option<String> {
     clean.iter().find_map(|c| {
-        near_chance(c.score.accuracy, c.majority_share, c.top_prediction_share).map(|why| format!("{}: {why}", c.split))
+        near_chance(c.score.accuracy, c.majority_share, c.top_prediction_share)
+            .map(|why| format!("{}: {why}", c.split))
     })
 }
 
 /// The rule of [`did_not_learn`] for one set of predictions.
-pub fn near_chance(accuracy: f64, majority_share: f64, top_prediction_share: f64) -> Option<String> {
+pub fn near_chance(
+    accuracy: f64,
+    majority_share: f64,
+    top_prediction_share: f64,
+) -> Option<String> {
     if accuracy < majority_share + 0.05 {
         Some(format!(
             "clean accuracy {:.1}% is within 5 points of the majority-label rate {:.1}%",
@@ -150,7 +169,9 @@ pub struct EvalTarget {
 pub fn run(args: EvalArgs) -> Result<()> {
     let (target, out) = resolve(&args)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(datasets::default_data_dir);
-    let report = crate::with_backend!(args.backend, |B, device| evaluate::<B>(&target, &data_dir, &args, &device))?;
+    let report = crate::with_backend!(args.backend, |B, device| evaluate::<B>(
+        &target, &data_dir, &args, &device
+    ))?;
     let markdown = markdown(&report);
     println!("{markdown}");
     if let Some(out) = out {
@@ -176,9 +197,12 @@ fn resolve(args: &EvalArgs) -> Result<(EvalTarget, Option<PathBuf>)> {
     let task = match (&args.task, card.as_ref().and_then(|c| c["task"].as_str())) {
         (Some(t), _) => t.parse()?,
         (None, Some(t)) => t.parse()?,
-        (None, None) => anyhow::bail!("--task is required (no imbert.json in {})", model_dir.display()),
+        (None, None) => {
+            anyhow::bail!("--task is required (no imbert.json in {})", model_dir.display())
+        }
     };
-    let connection = match (&args.connection, card.as_ref().and_then(|c| c["connection"].as_str())) {
+    let connection = match (&args.connection, card.as_ref().and_then(|c| c["connection"].as_str()))
+    {
         (Some(c), _) => ConnectionSpec::parse(c)?,
         (None, Some(c)) => ConnectionSpec::parse(c)?,
         (None, None) => ConnectionSpec::default(),
@@ -192,12 +216,21 @@ pub fn read_model_card(dir: &Path) -> Option<serde_json::Value> {
     serde_json::from_str(&text).ok()
 }
 
-pub fn evaluate<B: Backend>(target: &EvalTarget, data_dir: &Path, args: &EvalArgs, device: &B::Device) -> Result<EvalReport> {
+pub fn evaluate<B: Backend>(
+    target: &EvalTarget,
+    data_dir: &Path,
+    args: &EvalArgs,
+    device: &B::Device,
+) -> Result<EvalReport> {
     let tokenizer = BertTokenizer::from_dir(&target.model_dir).context("loading the tokenizer")?;
-    let (model, report) = load_model_dir::<B>(&target.model_dir, Some(target.task.num_labels()), device)
-        .with_context(|| format!("loading {}", target.model_dir.display()))?;
+    let (model, report) =
+        load_model_dir::<B>(&target.model_dir, Some(target.task.num_labels()), device)
+            .with_context(|| format!("loading {}", target.model_dir.display()))?;
     if !report.initialized_fresh.is_empty() {
-        tracing::warn!("not a fine-tuned model: {:?} initialised fresh (random)", report.initialized_fresh);
+        tracing::warn!(
+            "not a fine-tuned model: {:?} initialised fresh (random)",
+            report.initialized_fresh
+        );
     }
     let model = model.with_connections(&target.connection)?;
     tokenizer.check_compatible(&model.config)?;
@@ -217,7 +250,10 @@ pub fn evaluate<B: Backend>(target: &EvalTarget, data_dir: &Path, args: &EvalArg
 
     let mut clean = Vec::new();
     for (split, file) in datasets::dev_files(data_dir, target.task) {
-        let dev = limit(data::load(&file, target.task).with_context(|| format!("reading {}", file.display()))?);
+        let dev = limit(
+            data::load(&file, target.task)
+                .with_context(|| format!("reading {}", file.display()))?,
+        );
         let refs: Vec<&Example> = dev.iter().collect();
         let p = run_predict(&refs)?;
         let labels: Vec<usize> = dev.iter().map(|e| e.label).collect();
@@ -229,7 +265,11 @@ pub fn evaluate<B: Backend>(target: &EvalTarget, data_dir: &Path, args: &EvalArg
         });
     }
     if clean.is_empty() {
-        tracing::warn!("no GLUE dev file for {} in {}: clean accuracy comes from AdvGLUE originals only", target.task, data_dir.display());
+        tracing::warn!(
+            "no GLUE dev file for {} in {}: clean accuracy comes from AdvGLUE originals only",
+            target.task,
+            data_dir.display()
+        );
     }
 
     let adv_file = datasets::advglue_file(data_dir)?;
@@ -266,7 +306,12 @@ pub fn evaluate<B: Backend>(target: &EvalTarget, data_dir: &Path, args: &EvalArg
         advglue,
         did_not_learn: reason.is_some(),
         did_not_learn_reason: reason,
-        flops_per_example: shared::model::flops::forward_flops(&model.config, &connections, mean_tokens.round().max(1.0) as usize, true),
+        flops_per_example: shared::model::flops::forward_flops(
+            &model.config,
+            &connections,
+            mean_tokens.round().max(1.0) as usize,
+            true,
+        ),
         examples_per_sec: if seconds > 0.0 { examples as f64 / seconds } else { 0.0 },
     })
 }
@@ -306,19 +351,30 @@ fn evaluate_advglue(
             continue;
         }
         let pick = |v: &[usize], ids: &[usize]| ids.iter().map(|&i| v[i]).collect::<Vec<_>>();
-        let orig_ids: Vec<usize> = originals.iter().enumerate().filter(|(_, (i, _))| items[*i].level == Some(level)).map(|(k, _)| k).collect();
+        let orig_ids: Vec<usize> = originals
+            .iter()
+            .enumerate()
+            .filter(|(_, (i, _))| items[*i].level == Some(level))
+            .map(|(k, _)| k)
+            .collect();
         by_level.insert(
             level.name().to_string(),
             LevelResult {
                 adversarial: score(&pick(&p_adv.predicted, &idx), &pick(&labels, &idx), with_f1),
-                clean_original: (!orig_ids.is_empty())
-                    .then(|| score(&pick(&p_orig.predicted, &orig_ids), &pick(&paired_labels, &orig_ids), with_f1)),
+                clean_original: (!orig_ids.is_empty()).then(|| {
+                    score(
+                        &pick(&p_orig.predicted, &orig_ids),
+                        &pick(&paired_labels, &orig_ids),
+                        with_f1,
+                    )
+                }),
             },
         );
     }
     let mut by_method: BTreeMap<String, (Vec<usize>, Vec<usize>)> = BTreeMap::new();
     for (i, a) in items.iter().enumerate() {
-        let entry = by_method.entry(a.method.clone().unwrap_or_else(|| "unknown".into())).or_default();
+        let entry =
+            by_method.entry(a.method.clone().unwrap_or_else(|| "unknown".into())).or_default();
         entry.0.push(p_adv.predicted[i]);
         entry.1.push(labels[i]);
     }
@@ -360,7 +416,11 @@ pub fn markdown(r: &EvalReport) -> String {
     }
     md += "\n| AdvGLUE | n | adversarial % | clean originals % (n) | adversarial on those % | drop | word % | sentence % | human % | top-prediction % |\n|---|---|---|---|---|---|---|---|---|---|\n";
     for a in &r.advglue {
-        let level = |name: &str| a.by_level.get(name).map_or("–".into(), |l| format!("{} (n={})", pct(&l.adversarial), l.adversarial.n));
+        let level = |name: &str| {
+            a.by_level.get(name).map_or("–".into(), |l| {
+                format!("{} (n={})", pct(&l.adversarial), l.adversarial.n)
+            })
+        };
         md += &format!(
             "| {} | {} | {} | {} ({}) | {} | {:+.1} | {} | {} | {} | {:.1} |\n",
             a.split,

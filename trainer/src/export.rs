@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
+use shared::data::Task;
 pub use shared::io::bundle::IndexEntry;
 use shared::io::bundle::{ModelCard, Quantization, WebBundle, CARD_FILE};
 use shared::io::checkpoint::{self, HostTensor};
-use shared::data::Task;
 use shared::io::quantize::{quantize_to_safetensors, SCHEME, WEB_WEIGHTS_FILE};
 use shared::{BertClassifier, BertConfig, BertTokenizer, ConnectionSpec, ForwardOptions};
 

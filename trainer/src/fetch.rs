@@ -39,14 +39,18 @@ fn splits(task: Task) -> Vec<(&'static str, String)> {
             ("validation_matched", "mnli_dev_matched.jsonl".into()),
             ("validation_mismatched", "mnli_dev_mismatched.jsonl".into()),
         ],
-        t => vec![("train", format!("{}_train.jsonl", t.name())), ("validation", format!("{}_dev.jsonl", t.name()))],
+        t => vec![
+            ("train", format!("{}_train.jsonl", t.name())),
+            ("validation", format!("{}_dev.jsonl", t.name())),
+        ],
     }
 }
 
 pub fn run(args: FetchArgs) -> Result<()> {
     let agent = ureq::AgentBuilder::new().timeout(std::time::Duration::from_secs(60)).build();
     let normalized = args.data_dir.join("normalized");
-    std::fs::create_dir_all(&normalized).with_context(|| format!("creating {}", normalized.display()))?;
+    std::fs::create_dir_all(&normalized)
+        .with_context(|| format!("creating {}", normalized.display()))?;
     for name in &args.tasks {
         let task: Task = name.parse()?;
         for (split, file) in splits(task) {
@@ -68,14 +72,20 @@ pub fn run(args: FetchArgs) -> Result<()> {
         let path = advglue.join(file);
         shared::io::checkpoint::write_atomic(&path, body.as_bytes())?;
         // Parse what we wrote, so a broken download is an error now rather than at eval time.
-        shared::data::read_advglue_json(&path).with_context(|| format!("checking {}", path.display()))?;
+        shared::data::read_advglue_json(&path)
+            .with_context(|| format!("checking {}", path.display()))?;
         println!("{}: {} bytes", path.display(), body.len());
     }
     Ok(())
 }
 
 /// Every row of one split, page by page, mapped to `{idx, label, text_a, text_b}`.
-fn fetch_split(agent: &ureq::Agent, args: &FetchArgs, task: Task, split: &str) -> Result<Vec<Example>> {
+fn fetch_split(
+    agent: &ureq::Agent,
+    args: &FetchArgs,
+    task: Task,
+    split: &str,
+) -> Result<Vec<Example>> {
     let config = match task {
         Task::MnliMismatched => "mnli",
         t => t.name(),
@@ -90,10 +100,15 @@ fn fetch_split(agent: &ureq::Agent, args: &FetchArgs, task: Task, split: &str) -
             args.dataset.replace('/', "%2F"),
             args.page_size
         );
-        let page: Value = agent.get(&url).call().with_context(|| format!("GET {url}"))?.into_json()?;
-        let rows = page["rows"].as_array().with_context(|| format!("{url}: no `rows` in the answer"))?;
+        let page: Value =
+            agent.get(&url).call().with_context(|| format!("GET {url}"))?.into_json()?;
+        let rows =
+            page["rows"].as_array().with_context(|| format!("{url}: no `rows` in the answer"))?;
         for r in rows {
-            out.push(example(&r["row"], task, field_a, field_b).with_context(|| format!("{url}: row {}", r["row_idx"]))?);
+            out.push(
+                example(&r["row"], task, field_a, field_b)
+                    .with_context(|| format!("{url}: row {}", r["row_idx"]))?,
+            );
         }
         offset += rows.len();
         let total = page["num_rows_total"].as_u64().unwrap_or(0) as usize;
@@ -105,7 +120,8 @@ fn fetch_split(agent: &ureq::Agent, args: &FetchArgs, task: Task, split: &str) -
 }
 
 fn example(row: &Value, task: Task, field_a: &str, field_b: Option<&str>) -> Result<Example> {
-    let text = |f: &str| row[f].as_str().map(str::to_string).with_context(|| format!("missing field {f}"));
+    let text =
+        |f: &str| row[f].as_str().map(str::to_string).with_context(|| format!("missing field {f}"));
     let label = row["label"].as_i64().context("missing label")?;
     if label < 0 || label as usize >= task.num_labels() {
         bail!("label {label} outside 0..{} (GLUE test splits have no labels)", task.num_labels());

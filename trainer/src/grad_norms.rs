@@ -72,20 +72,34 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
     }
 }
 
-fn squared_norm<B: AutodiffBackend, M: Module<B>>(module: &M, grads: &GradientsParams, device: &B::Device) -> f64 {
+fn squared_norm<B: AutodiffBackend, M: Module<B>>(
+    module: &M,
+    grads: &GradientsParams,
+    device: &B::Device,
+) -> f64 {
     let mut visitor = SquaredNorm::<B> { grads, sum: Tensor::zeros([1], device) };
     module.visit(&mut visitor);
     visitor.sum.into_scalar().elem()
 }
 
 /// The norms of `grads` (made for `model`) per part.
-pub fn grad_norms<B: AutodiffBackend>(model: &BertClassifier<B>, grads: &GradientsParams) -> GradNorms {
+pub fn grad_norms<B: AutodiffBackend>(
+    model: &BertClassifier<B>,
+    grads: &GradientsParams,
+) -> GradNorms {
     let device = model.bert.embeddings.word_embeddings.weight.device();
     let embeddings = squared_norm(&model.bert.embeddings, grads, &device);
-    let layers: Vec<f64> = model.bert.encoder.layer.iter().map(|l| squared_norm(l, grads, &device)).collect();
-    let head = squared_norm(&model.bert.pooler, grads, &device) + model.classifier.as_ref().map_or(0.0, |c| squared_norm(c, grads, &device));
+    let layers: Vec<f64> =
+        model.bert.encoder.layer.iter().map(|l| squared_norm(l, grads, &device)).collect();
+    let head = squared_norm(&model.bert.pooler, grads, &device)
+        + model.classifier.as_ref().map_or(0.0, |c| squared_norm(c, grads, &device));
     let total = embeddings + layers.iter().sum::<f64>() + head;
-    GradNorms { embeddings: embeddings.sqrt(), layers: layers.iter().map(|x| x.sqrt()).collect(), head: head.sqrt(), total: total.sqrt() }
+    GradNorms {
+        embeddings: embeddings.sqrt(),
+        layers: layers.iter().map(|x| x.sqrt()).collect(),
+        head: head.sqrt(),
+        total: total.sqrt(),
+    }
 }
 
 /// Multiplies every gradient it visits by a constant.
@@ -106,7 +120,12 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
 /// HF Trainer's clipping (`torch.nn.utils.clip_grad_norm_`): when the global L2 norm `total`
 /// exceeds `max_norm`, every gradient is scaled by `max_norm / (total + 1e-6)`. Returns the factor
 /// applied (1 when nothing was clipped).
-pub fn clip_global_norm<B: AutodiffBackend>(model: &BertClassifier<B>, grads: &mut GradientsParams, total: f64, max_norm: f64) -> f64 {
+pub fn clip_global_norm<B: AutodiffBackend>(
+    model: &BertClassifier<B>,
+    grads: &mut GradientsParams,
+    total: f64,
+    max_norm: f64,
+) -> f64 {
     let factor = max_norm / (total + 1e-6);
     if factor >= 1.0 {
         return 1.0;
@@ -127,8 +146,13 @@ mod tests {
     fn model_and_grads() -> (BertClassifier<B>, GradientsParams) {
         let device = Default::default();
         let model = BertClassifier::<B>::new(&BertConfig::tiny(), 2, &device);
-        let ids = Tensor::<B, 2, burn::tensor::Int>::from_data([[2, 7, 9, 3], [2, 5, 6, 3]], &device);
-        let input = shared::BertInput { input_ids: ids.clone(), token_type_ids: ids.zeros_like(), attention_mask: ids.ones_like() };
+        let ids =
+            Tensor::<B, 2, burn::tensor::Int>::from_data([[2, 7, 9, 3], [2, 5, 6, 3]], &device);
+        let input = shared::BertInput {
+            input_ids: ids.clone(),
+            token_type_ids: ids.zeros_like(),
+            attention_mask: ids.ones_like(),
+        };
         let logits = model.forward(&input, ForwardOptions::default()).logits.unwrap();
         let loss = logits.powi_scalar(2).sum();
         let grads = GradientsParams::from_grads(loss.backward(), &model);
@@ -141,7 +165,9 @@ mod tests {
     fn parts_add_up_and_match_a_direct_sum() {
         let (model, grads) = model_and_grads();
         let norms = grad_norms(&model, &grads);
-        let squares = norms.embeddings.powi(2) + norms.layers.iter().map(|x| x * x).sum::<f64>() + norms.head.powi(2);
+        let squares = norms.embeddings.powi(2)
+            + norms.layers.iter().map(|x| x * x).sum::<f64>()
+            + norms.head.powi(2);
         assert!((squares.sqrt() - norms.total).abs() < 1e-12 * norms.total);
         let classifier = model.classifier.as_ref().unwrap();
         let gw = grads.get::<NdArray<f64>, 2>(classifier.weight.id).unwrap();
@@ -178,7 +204,12 @@ mod tests {
 
     #[test]
     fn exploding_parts_are_named() {
-        let norms = GradNorms { embeddings: 7.6e17, layers: vec![1.0e18, 3.7e14, 0.2], head: 0.47, total: 1.2e18 };
+        let norms = GradNorms {
+            embeddings: 7.6e17,
+            layers: vec![1.0e18, 3.7e14, 0.2],
+            head: 0.47,
+            total: 1.2e18,
+        };
         assert_eq!(norms.exploding(), ["embeddings", "layer 0", "layer 1"]);
         let calm = GradNorms { embeddings: 0.17, layers: vec![0.15, 0.33], head: 0.47, total: 0.7 };
         assert!(calm.exploding().is_empty());

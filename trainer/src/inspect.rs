@@ -9,8 +9,8 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use shared::io::checkpoint::{load_classifier, write_safetensors, HostTensor};
 use shared::{
-    BertClassifier, BertInput, BertTokenizer, ClassifierOutput, Connection, ConnectionSpec, EncodedBatch,
-    ForwardOptions, ImplicitEuler,
+    BertClassifier, BertInput, BertTokenizer, ClassifierOutput, Connection, ConnectionSpec,
+    EncodedBatch, ForwardOptions, ImplicitEuler,
 };
 
 use crate::backend::BackendKind;
@@ -142,10 +142,18 @@ pub fn run(args: InspectArgs) -> Result<()> {
         bail!("--text must not be empty");
     }
     if !args.text_b.is_empty() && args.text_b.len() != args.text.len() {
-        bail!("give one --text-b per --text ({} --text, {} --text-b)", args.text.len(), args.text_b.len());
+        bail!(
+            "give one --text-b per --text ({} --text, {} --text-b)",
+            args.text.len(),
+            args.text_b.len()
+        );
     }
     if !args.label.is_empty() && args.label.len() != args.text.len() {
-        bail!("give one --label per --text ({} --text, {} --label)", args.text.len(), args.label.len());
+        bail!(
+            "give one --label per --text ({} --text, {} --label)",
+            args.text.len(),
+            args.label.len()
+        );
     }
     let spec = args.connection()?;
     crate::with_backend!(args.backend, |B, device| {
@@ -159,34 +167,57 @@ pub fn run(args: InspectArgs) -> Result<()> {
 
 /// `--grad-norms`: one backward pass of the cross-entropy, dropout off, a fresh head seeded
 /// with 0 when the model has none; the norm of each part's gradient.
-fn print_grad_norms<B: burn::tensor::backend::AutodiffBackend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::Device) -> Result<()> {
+fn print_grad_norms<B: burn::tensor::backend::AutodiffBackend>(
+    args: &InspectArgs,
+    spec: &ConnectionSpec,
+    device: &B::Device,
+) -> Result<()> {
     use burn::nn::loss::CrossEntropyLossConfig;
     use burn::optim::GradientsParams;
     B::seed(device, 0);
     let tokenizer = BertTokenizer::from_dir(&args.model).context("loading the tokenizer")?;
-    let (mut model, _) = load_classifier::<B>(&args.model, Some(args.num_labels.unwrap_or(2)), device).context("loading the model")?;
+    let (mut model, _) =
+        load_classifier::<B>(&args.model, Some(args.num_labels.unwrap_or(2)), device)
+            .context("loading the model")?;
     model.config.hidden_dropout_prob = 0.0;
     model.config.attention_probs_dropout_prob = 0.0;
     model.config.classifier_dropout = Some(0.0);
     let model = model.with_connections(spec)?;
     let num_labels = model.num_labels();
-    let labels: Vec<i64> = (0..args.text.len()).map(|i| args.label.get(i).copied().unwrap_or(0) as i64).collect();
+    let labels: Vec<i64> =
+        (0..args.text.len()).map(|i| args.label.get(i).copied().unwrap_or(0) as i64).collect();
     if let Some(bad) = labels.iter().find(|&&l| l as usize >= num_labels) {
         bail!("--label {bad} is out of range: the head has {num_labels} classes");
     }
-    let items: Vec<(&str, Option<&str>)> =
-        args.text.iter().enumerate().map(|(i, a)| (a.as_str(), args.text_b.get(i).map(String::as_str))).collect();
+    let items: Vec<(&str, Option<&str>)> = args
+        .text
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (a.as_str(), args.text_b.get(i).map(String::as_str)))
+        .collect();
     let input = tokenizer.encode(&items, model.max_len(args.max_len))?.to_input::<B>(device);
-    let logits = model.forward(&input, ForwardOptions::default()).logits.context("no classifier")?;
-    let targets = Tensor::<B, 1, burn::tensor::Int>::from_data(burn::tensor::TensorData::new(labels.clone(), [labels.len()]), device);
+    let logits =
+        model.forward(&input, ForwardOptions::default()).logits.context("no classifier")?;
+    let targets = Tensor::<B, 1, burn::tensor::Int>::from_data(
+        burn::tensor::TensorData::new(labels.clone(), [labels.len()]),
+        device,
+    );
     let loss = CrossEntropyLossConfig::new().init(device).forward(logits, targets);
     let grads = GradientsParams::from_grads(loss.backward(), &model);
     let norms = crate::grad_norms::grad_norms(&model, &grads);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"connection": spec.to_spec_string(), "labels": labels, "grad_norms": norms}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"connection": spec.to_spec_string(), "labels": labels, "grad_norms": norms})
+            )?
+        );
         return Ok(());
     }
-    println!("\ngradient norms of the cross-entropy (labels {labels:?}), connection {}:", spec.to_spec_string());
+    println!(
+        "\ngradient norms of the cross-entropy (labels {labels:?}), connection {}:",
+        spec.to_spec_string()
+    );
     println!("  {:<11} {:.3e}", "head", norms.head);
     for (i, n) in norms.layers.iter().enumerate().rev() {
         println!("  {:<11} {n:.3e}", format!("layer {i}"));
@@ -203,7 +234,11 @@ fn print_grad_norms<B: burn::tensor::backend::AutodiffBackend>(args: &InspectArg
     Ok(())
 }
 
-fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::Device) -> Result<()> {
+fn inspect<B: Backend>(
+    args: &InspectArgs,
+    spec: &ConnectionSpec,
+    device: &B::Device,
+) -> Result<()> {
     let (tokenizer, model) = load::<B>(args, spec, device)?;
     let items: Vec<(&str, Option<&str>)> = args
         .text
@@ -217,11 +252,16 @@ fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::De
     let out = model.forward(&input, options);
 
     // Per IM layer, per iteration run: ||r||^2 of each example, `[iteration][example]`.
-    let residuals: Vec<(usize, Vec<Vec<f32>>)> =
-        out.im_residuals.iter().map(|(layer, rs)| (*layer, rs.iter().cloned().map(to_vec).collect())).collect();
+    let residuals: Vec<(usize, Vec<Vec<f32>>)> = out
+        .im_residuals
+        .iter()
+        .map(|(layer, rs)| (*layer, rs.iter().cloned().map(to_vec).collect()))
+        .collect();
     let labels = model.config.label_names(model.num_labels());
     let fixed_steps = match spec.connection {
-        shared::Connection::Implicit(im) => im.step_rule == shared::StepRule::Fixed && im.tolerance.is_none(),
+        shared::Connection::Implicit(im) => {
+            im.step_rule == shared::StepRule::Fixed && im.tolerance.is_none()
+        }
         _ => true,
     };
     let report = Report {
@@ -233,7 +273,8 @@ fn inspect<B: Backend>(args: &InspectArgs, spec: &ConnectionSpec, device: &B::De
     };
 
     if let Some(path) = &args.dump {
-        dump(path, &out, &batch, &residuals).with_context(|| format!("writing {}", path.display()))?;
+        dump(path, &out, &batch, &residuals)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -254,10 +295,17 @@ fn load<B: Backend>(
     let (model, report) =
         load_classifier::<B>(&args.model, args.num_labels, device).context("loading the model")?;
     for name in &report.initialized_fresh {
-        tracing::warn!("{name} is not in {}: initialised fresh (random)", report.weights_file.display());
+        tracing::warn!(
+            "{name} is not in {}: initialised fresh (random)",
+            report.weights_file.display()
+        );
     }
     if !report.unused.is_empty() {
-        tracing::info!("{} checkpoint tensors unused (e.g. {})", report.unused.len(), report.unused[0]);
+        tracing::info!(
+            "{} checkpoint tensors unused (e.g. {})",
+            report.unused.len(),
+            report.unused[0]
+        );
     }
     let model = model.with_connections(spec)?;
     tokenizer.check_compatible(&model.config)?;
@@ -285,7 +333,9 @@ fn item_reports<B: Backend>(
         })
         .collect();
     let hidden = model.config.hidden_size;
-    let cls = to_vec(out.last_hidden_state.clone().slice([0..batch.batch, 0..1]).reshape([batch.batch, hidden]));
+    let cls = to_vec(
+        out.last_hidden_state.clone().slice([0..batch.batch, 0..1]).reshape([batch.batch, hidden]),
+    );
     let logits = out.logits.clone().map(to_vec);
     let probs = out.logits.clone().map(|l| to_vec(softmax(l, 1)));
     // Per IM layer, per iteration run: the step each example took, `[iteration][example]`.
@@ -298,7 +348,8 @@ fn item_reports<B: Backend>(
             let row = |v: &Vec<f32>| v[i * n..(i + 1) * n].to_vec();
             let probabilities = probs.as_ref().map(row);
             let prediction = probabilities.as_ref().map(|p| {
-                let best = p.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(k, _)| k);
+                let best =
+                    p.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(k, _)| k);
                 labels[best].clone()
             });
             ItemReport {
@@ -317,7 +368,12 @@ fn item_reports<B: Backend>(
                         let squared_norms: Vec<f32> = rs.iter().map(|r| r[i]).collect();
                         let rises_after_iteration = shared::residual_rises(&squared_norms);
                         let step_sizes = steps.iter().map(|s| s[i]).collect();
-                        LayerResiduals { layer: *layer, squared_norms, rises_after_iteration, step_sizes }
+                        LayerResiduals {
+                            layer: *layer,
+                            squared_norms,
+                            rises_after_iteration,
+                            step_sizes,
+                        }
                     })
                     .collect(),
             }
@@ -336,18 +392,31 @@ fn dump<B: Backend>(
     residuals: &[(usize, Vec<Vec<f32>>)],
 ) -> Result<()> {
     let host = |t: &Tensor<B, 3>| HostTensor { shape: t.dims().to_vec(), data: to_vec(t.clone()) };
-    let mut named: Vec<(String, HostTensor)> =
-        out.hidden_states.iter().enumerate().map(|(i, h)| (format!("hidden.{i}"), host(h))).collect();
+    let mut named: Vec<(String, HostTensor)> = out
+        .hidden_states
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (format!("hidden.{i}"), host(h)))
+        .collect();
     named.push((
         "attention_mask".into(),
-        HostTensor { shape: vec![batch.batch, batch.seq], data: batch.attention_mask.iter().map(|&m| m as f32).collect() },
+        HostTensor {
+            shape: vec![batch.batch, batch.seq],
+            data: batch.attention_mask.iter().map(|&m| m as f32).collect(),
+        },
     ));
     if let Some(l) = &out.logits {
-        named.push(("logits".into(), HostTensor { shape: l.dims().to_vec(), data: to_vec(l.clone()) }));
+        named.push((
+            "logits".into(),
+            HostTensor { shape: l.dims().to_vec(), data: to_vec(l.clone()) },
+        ));
     }
     for (layer, rs) in residuals {
         let total: Vec<f32> = rs.iter().map(|r| r.iter().sum()).collect();
-        named.push((format!("im_residual.{layer}"), HostTensor { shape: vec![total.len()], data: total }));
+        named.push((
+            format!("im_residual.{layer}"),
+            HostTensor { shape: vec![total.len()], data: total },
+        ));
         let per_example: Vec<f32> =
             (0..batch.batch).flat_map(|i| rs.iter().map(move |r| r[i])).collect();
         named.push((
@@ -384,7 +453,8 @@ fn print_text(report: &Report) {
                 println!("    steps taken: {}", steps.join(", "));
             }
             if !r.rises_after_iteration.is_empty() {
-                let at: Vec<String> = r.rises_after_iteration.iter().map(usize::to_string).collect();
+                let at: Vec<String> =
+                    r.rises_after_iteration.iter().map(usize::to_string).collect();
                 let s = if at.len() > 1 { "s" } else { "" };
                 println!("    rose in iteration{s} {}: gamma overshoots on this layer (docs/numerics.md)", at.join(", "));
             }

@@ -51,7 +51,9 @@ pub struct Search {
 pub fn run(args: LrSearchArgs) -> Result<()> {
     let base = &args.finetune;
     if base.resume.is_some() || base.save_final {
-        bail!("lr-search resumes by itself: run the same command again (no --resume / --save-final)");
+        bail!(
+            "lr-search resumes by itself: run the same command again (no --resume / --save-final)"
+        );
     }
     if base.lr != 2e-5 {
         bail!("lr-search takes its rates from --lrs, not --lr");
@@ -89,10 +91,10 @@ pub fn run(args: LrSearchArgs) -> Result<()> {
 /// Reads one finished run's validation history.
 fn trial(lr: f64, dir: &Path) -> Result<Trial> {
     let metrics: Vec<EpochMetrics> = run::read_jsonl(&dir.join("metrics.jsonl"))?;
-    let best = metrics
-        .iter()
-        .min_by(|a, b| a.val_loss.total_cmp(&b.val_loss))
-        .with_context(|| format!("{}: no validation recorded", dir.join("metrics.jsonl").display()))?;
+    let best =
+        metrics.iter().min_by(|a, b| a.val_loss.total_cmp(&b.val_loss)).with_context(|| {
+            format!("{}: no validation recorded", dir.join("metrics.jsonl").display())
+        })?;
     let near_chance = match (best.val_majority_share, best.val_top_prediction_share) {
         (Some(majority), Some(top)) => evaluate::near_chance(best.val_accuracy, majority, top),
         _ => None,
@@ -140,7 +142,10 @@ pub fn markdown(search: &Search) -> String {
             note
         ));
     }
-    s.push_str(&format!("\nChosen on the validation split (lowest loss): lr {:e}.\n", search.chosen_lr));
+    s.push_str(&format!(
+        "\nChosen on the validation split (lowest loss): lr {:e}.\n",
+        search.chosen_lr
+    ));
     s
 }
 
@@ -163,7 +168,8 @@ mod tests {
 
     #[test]
     fn lowest_finite_validation_loss_wins_and_chance_runs_are_marked() {
-        let search = choose(vec![t(2e-5, 0.69, 0.53), t(1e-4, 0.41, 0.84), t(2e-4, f64::NAN, 0.5)]).unwrap();
+        let search =
+            choose(vec![t(2e-5, 0.69, 0.53), t(1e-4, 0.41, 0.84), t(2e-4, f64::NAN, 0.5)]).unwrap();
         assert_eq!(search.chosen_lr, 1e-4);
         let md = markdown(&search);
         assert!(md.contains("| 2e-5 | 1 | 0.6900 | 53.0% | 52.0% | 60.0% | did not learn"), "{md}");

@@ -19,8 +19,8 @@ use anyhow::{bail, Context, Result};
 use burn::tensor::backend::Backend;
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
-use shared::io::checkpoint::load_classifier;
 use shared::data::{self, Task};
+use shared::io::checkpoint::load_classifier;
 use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
 
 use crate::datasets;
@@ -133,7 +133,10 @@ impl ConnectionDrift {
 /// differs from those (`grad` changes only the backward pass).
 pub fn default_connections() -> Vec<String> {
     let mut specs: Vec<String> =
-        ["bert", "ex", "im:T=5,gamma=0.1", "im:T=5,gamma=0.1,step=backtrack", "im:T=5,gamma=0.02"].iter().map(|s| s.to_string()).collect();
+        ["bert", "ex", "im:T=5,gamma=0.1", "im:T=5,gamma=0.1,step=backtrack", "im:T=5,gamma=0.02"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
     let forward = |spec: &str| {
         let mut parsed = ConnectionSpec::parse(spec).ok()?;
         if let shared::Connection::Implicit(im) = &mut parsed.connection {
@@ -159,7 +162,11 @@ struct Subject {
 /// The `--connection`s on `--model` (or the default list when neither they nor `--run` are
 /// given), then each `--run`'s best model with its own connection.
 fn subjects(args: &ProbeArgs) -> Result<Vec<Subject>> {
-    let specs = if args.connections.is_empty() && args.runs.is_empty() { default_connections() } else { args.connections.clone() };
+    let specs = if args.connections.is_empty() && args.runs.is_empty() {
+        default_connections()
+    } else {
+        args.connections.clone()
+    };
     let mut subjects = specs
         .iter()
         .map(|s| {
@@ -168,10 +175,12 @@ fn subjects(args: &ProbeArgs) -> Result<Vec<Subject>> {
         })
         .collect::<Result<Vec<_>>>()?;
     for dir in &args.runs {
-        let config: crate::run::RunConfig =
-            crate::run::read_json(&dir.join("config.json")).with_context(|| format!("--run {}: not a run directory", dir.display()))?;
+        let config: crate::run::RunConfig = crate::run::read_json(&dir.join("config.json"))
+            .with_context(|| format!("--run {}: not a run directory", dir.display()))?;
         let spec = config.connection.clone();
-        let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let name = dir
+            .file_name()
+            .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
         subjects.push(Subject { model: dir.join("best"), spec, run: Some(name) });
     }
     Ok(subjects)
@@ -190,9 +199,15 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     if let Some(path) = &args.f64_states {
         // The child: the same computation in f64, final [CLS] states only.
         type B64 = burn::backend::NdArray<f64>;
-        let states: Vec<Vec<f64>> =
-            subjects.iter().map(|s| Ok(measure::<B64>(&args, s, &pairs)?.final_cls)).collect::<Result<_>>()?;
-        return shared::io::checkpoint::write_atomic(path, serde_json::to_string(&states)?.as_bytes()).map_err(Into::into);
+        let states: Vec<Vec<f64>> = subjects
+            .iter()
+            .map(|s| Ok(measure::<B64>(&args, s, &pairs)?.final_cls))
+            .collect::<Result<_>>()?;
+        return shared::io::checkpoint::write_atomic(
+            path,
+            serde_json::to_string(&states)?.as_bytes(),
+        )
+        .map_err(Into::into);
     }
 
     type B = crate::backend::Cpu;
@@ -216,7 +231,12 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             c.f32_vs_f64 = Some(max_relative_difference(f32s, f64s, width));
         }
     }
-    let report = ProbeReport { model: args.model.display().to_string(), source, pairs: pairs.len(), connections };
+    let report = ProbeReport {
+        model: args.model.display().to_string(),
+        source,
+        pairs: pairs.len(),
+        connections,
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -236,14 +256,19 @@ fn pairs(args: &ProbeArgs) -> Result<(String, Vec<(String, String)>)> {
     };
     if !args.text.is_empty() || !args.perturbed.is_empty() {
         if args.text.len() != args.perturbed.len() {
-            bail!("{} --text but {} --perturbed: give one --perturbed per --text", args.text.len(), args.perturbed.len());
+            bail!(
+                "{} --text but {} --perturbed: give one --perturbed per --text",
+                args.text.len(),
+                args.perturbed.len()
+            );
         }
         let v = args.text.iter().cloned().zip(args.perturbed.iter().cloned()).collect();
         return Ok(("--text/--perturbed pairs".into(), limit(v)));
     }
     let task: Task = args.task.parse()?;
     if let Some(path) = &args.data {
-        let examples = data::load(path, task).with_context(|| format!("reading {}", path.display()))?;
+        let examples =
+            data::load(path, task).with_context(|| format!("reading {}", path.display()))?;
         let v: Vec<(String, String)> = examples
             .iter()
             .enumerate()
@@ -251,21 +276,30 @@ fn pairs(args: &ProbeArgs) -> Result<(String, Vec<(String, String)>)> {
                 let seed = args.seed.wrapping_add(i as u64);
                 let p = match args.perturbation {
                     PerturbKind::Typo => shared::robustness::perturb::typo(&e.text_a, 2, seed),
-                    PerturbKind::Delete => shared::robustness::perturb::delete_word(&e.text_a, 2, seed),
-                    PerturbKind::Distractor => shared::robustness::perturb::distractor(&e.text_a, seed),
+                    PerturbKind::Delete => {
+                        shared::robustness::perturb::delete_word(&e.text_a, 2, seed)
+                    }
+                    PerturbKind::Distractor => {
+                        shared::robustness::perturb::distractor(&e.text_a, seed)
+                    }
                 };
                 (e.text_a.clone(), p.text)
             })
             .filter(|(a, b)| a != b)
             .collect();
-        let what = format!("{} of {} ({:?})", task, path.display(), args.perturbation).to_lowercase();
+        let what =
+            format!("{} of {} ({:?})", task, path.display(), args.perturbation).to_lowercase();
         return Ok((what, limit(v)));
     }
     let data_dir = args.data_dir.clone().unwrap_or_else(datasets::default_data_dir);
     let file = datasets::advglue_file(&data_dir)?;
-    let items = data::load_advglue(&file, task).with_context(|| format!("reading {}", file.display()))?;
-    let v: Vec<(String, String)> =
-        items.into_iter().filter_map(|a| a.original_a.map(|clean| (clean, a.example.text_a))).filter(|(a, b)| a != b).collect();
+    let items =
+        data::load_advglue(&file, task).with_context(|| format!("reading {}", file.display()))?;
+    let v: Vec<(String, String)> = items
+        .into_iter()
+        .filter_map(|a| a.original_a.map(|clean| (clean, a.example.text_a)))
+        .filter(|(a, b)| a != b)
+        .collect();
     Ok((format!("AdvGLUE {task} items with their clean originals ({})", file.display()), limit(v)))
 }
 
@@ -283,17 +317,34 @@ struct States {
     mean: Vec<Vec<Vec<f64>>>,
 }
 
-fn states<B: Backend>(model: &BertClassifier<B>, tokenizer: &BertTokenizer, texts: &[&str], max_len: usize, device: &B::Device) -> Result<States> {
+fn states<B: Backend>(
+    model: &BertClassifier<B>,
+    tokenizer: &BertTokenizer,
+    texts: &[&str],
+    max_len: usize,
+    device: &B::Device,
+) -> Result<States> {
     let items: Vec<(&str, Option<&str>)> = texts.iter().map(|t| (*t, None)).collect();
     let batch = tokenizer.encode(&items, max_len)?;
     let input = batch.to_input::<B>(device);
-    let mask: Vec<f64> = input.attention_mask.clone().float().into_data().convert::<f64>().into_vec().map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let out = model.forward(&input, ForwardOptions { hidden_states: true, skip_head: true, ..Default::default() });
+    let mask: Vec<f64> = input
+        .attention_mask
+        .clone()
+        .float()
+        .into_data()
+        .convert::<f64>()
+        .into_vec()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let out = model.forward(
+        &input,
+        ForwardOptions { hidden_states: true, skip_head: true, ..Default::default() },
+    );
     let mut cls = Vec::new();
     let mut mean = Vec::new();
     for h in out.hidden_states {
         let [n, seq, hidden] = h.dims();
-        let v: Vec<f64> = h.into_data().convert::<f64>().into_vec().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let v: Vec<f64> =
+            h.into_data().convert::<f64>().into_vec().map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let mut layer_cls = Vec::with_capacity(n);
         let mut layer_mean = Vec::with_capacity(n);
         for i in 0..n {
@@ -331,11 +382,17 @@ fn relative_l2(clean: &[f64], perturbed: &[f64]) -> f64 {
     norm(&diff) / norm(clean).max(1e-30)
 }
 
-fn measure<B: Backend>(args: &ProbeArgs, subject: &Subject, pairs: &[(String, String)]) -> Result<Measured> {
+fn measure<B: Backend>(
+    args: &ProbeArgs,
+    subject: &Subject,
+    pairs: &[(String, String)],
+) -> Result<Measured> {
     let device = Default::default();
     let dir = &subject.model;
-    let tokenizer = &BertTokenizer::from_dir(dir).with_context(|| format!("loading the tokenizer of {}", dir.display()))?;
-    let (model, _) = load_classifier::<B>(dir, None, &device).with_context(|| format!("loading {}", dir.display()))?;
+    let tokenizer = &BertTokenizer::from_dir(dir)
+        .with_context(|| format!("loading the tokenizer of {}", dir.display()))?;
+    let (model, _) = load_classifier::<B>(dir, None, &device)
+        .with_context(|| format!("loading {}", dir.display()))?;
     let model = model.with_connections(&subject.spec)?;
     tokenizer.check_compatible(&model.config)?;
     let max_len = model.max_len(args.max_len);
@@ -369,7 +426,10 @@ fn f64_final_states(args: &ProbeArgs) -> Result<Vec<Vec<f64>>> {
     let tmp = std::env::temp_dir().join(format!("imbert-probe-f64-{}.json", std::process::id()));
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("probe").arg("--model").arg(&args.model).arg("--task").arg(&args.task);
-    cmd.arg("--batch-size").arg(args.batch_size.to_string()).arg("--max-len").arg(args.max_len.to_string());
+    cmd.arg("--batch-size")
+        .arg(args.batch_size.to_string())
+        .arg("--max-len")
+        .arg(args.max_len.to_string());
     cmd.arg("--seed").arg(args.seed.to_string()).arg("--f64-states").arg(&tmp);
     // The same subjects in the same order: `subjects` reads these flags as the parent did.
     for spec in &args.connections {
@@ -382,7 +442,10 @@ fn f64_final_states(args: &ProbeArgs) -> Result<Vec<Vec<f64>>> {
         cmd.arg("--text").arg(t).arg("--perturbed").arg(p);
     }
     if let Some(d) = &args.data {
-        cmd.arg("--data").arg(d).arg("--perturbation").arg(format!("{:?}", args.perturbation).to_lowercase());
+        cmd.arg("--data")
+            .arg(d)
+            .arg("--perturbation")
+            .arg(format!("{:?}", args.perturbation).to_lowercase());
     }
     if let Some(d) = &args.data_dir {
         cmd.arg("--data-dir").arg(d);
@@ -394,29 +457,43 @@ fn f64_final_states(args: &ProbeArgs) -> Result<Vec<Vec<f64>>> {
     if !status.success() {
         bail!("the f64 probe failed ({status})");
     }
-    let text = std::fs::read_to_string(&tmp).with_context(|| format!("reading {}", tmp.display()))?;
+    let text =
+        std::fs::read_to_string(&tmp).with_context(|| format!("reading {}", tmp.display()))?;
     let _ = std::fs::remove_file(&tmp);
     Ok(serde_json::from_str(&text)?)
 }
 
 /// `max over examples of ||a_i - b_i|| / ||b_i||`, rows of `width`.
 fn max_relative_difference(a: &[f64], b: &[f64], width: usize) -> f64 {
-    a.chunks(width.max(1)).zip(b.chunks(width.max(1))).map(|(x, y)| relative_l2(y, x)).fold(0.0, f64::max)
+    a.chunks(width.max(1))
+        .zip(b.chunks(width.max(1)))
+        .map(|(x, y)| relative_l2(y, x))
+        .fold(0.0, f64::max)
 }
 
 fn layer_name(l: usize) -> String {
-    if l == 0 { "embeddings".into() } else { format!("layer {}", l - 1) }
+    if l == 0 {
+        "embeddings".into()
+    } else {
+        format!("layer {}", l - 1)
+    }
 }
 
 /// The report as markdown: one table per measure, layers down, connections across.
 pub fn markdown(r: &ProbeReport) -> String {
-    let mut md = format!("# Stability probe\n\n{} pairs: {}. Model: {}.\n\n", r.pairs, r.source, r.model);
+    let mut md =
+        format!("# Stability probe\n\n{} pairs: {}. Model: {}.\n\n", r.pairs, r.source, r.model);
     let header: Vec<String> = r.connections.iter().map(|c| format!("`{}`", c.label())).collect();
     let table = |md: &mut String, title: &str, pick: &dyn Fn(&ConnectionDrift) -> &Vec<f64>| {
-        md.push_str(&format!("## {title}\n\n| layer | {} |\n|---|{}\n", header.join(" | "), "---|".repeat(header.len())));
+        md.push_str(&format!(
+            "## {title}\n\n| layer | {} |\n|---|{}\n",
+            header.join(" | "),
+            "---|".repeat(header.len())
+        ));
         let layers = r.connections.first().map_or(0, |c| pick(c).len());
         for l in 0..layers {
-            let cells: Vec<String> = r.connections.iter().map(|c| format!("{:.4}", pick(c)[l])).collect();
+            let cells: Vec<String> =
+                r.connections.iter().map(|c| format!("{:.4}", pick(c)[l])).collect();
             md.push_str(&format!("| {} | {} |\n", layer_name(l), cells.join(" | ")));
         }
         md.push('\n');
@@ -426,7 +503,11 @@ pub fn markdown(r: &ProbeReport) -> String {
     if r.connections.iter().any(|c| c.f32_vs_f64.is_some()) {
         md.push_str("## f32 against f64, final clean [CLS] state\n\nmax over pairs of `||h_f32 - h_f64|| / ||h_f64||`\n\n");
         for c in &r.connections {
-            md.push_str(&format!("- `{}`: {}\n", c.label(), c.f32_vs_f64.map_or("-".into(), |x| format!("{x:.2e}"))));
+            md.push_str(&format!(
+                "- `{}`: {}\n",
+                c.label(),
+                c.f32_vs_f64.map_or("-".into(), |x| format!("{x:.2e}"))
+            ));
         }
         md.push('\n');
     }
@@ -434,7 +515,12 @@ pub fn markdown(r: &ProbeReport) -> String {
 }
 
 /// A line per connection over the layers, drift in % (`value * 100`).
-fn chart(r: &ProbeReport, title: &str, y_label: &str, pick: fn(&ConnectionDrift) -> &Vec<f64>) -> Chart {
+fn chart(
+    r: &ProbeReport,
+    title: &str,
+    y_label: &str,
+    pick: fn(&ConnectionDrift) -> &Vec<f64>,
+) -> Chart {
     let series = r
         .connections
         .iter()
@@ -446,7 +532,8 @@ fn chart(r: &ProbeReport, title: &str, y_label: &str, pick: fn(&ConnectionDrift)
             points: pick(c).iter().enumerate().map(|(l, &v)| (l as f64, 100.0 * v, None)).collect(),
         })
         .collect();
-    let y_max = r.connections.iter().flat_map(|c| pick(c).iter()).fold(0.0f64, |m, &v| m.max(100.0 * v));
+    let y_max =
+        r.connections.iter().flat_map(|c| pick(c).iter()).fold(0.0f64, |m, &v| m.max(100.0 * v));
     Chart::Lines(LineChart {
         title: title.into(),
         x_label: "layer (0 = embeddings)".into(),
@@ -462,8 +549,10 @@ pub fn write(r: &ProbeReport, out: &Path) -> Result<()> {
     crate::run::write_json(&out.join("probe.json"), r)?;
     shared::io::checkpoint::write_atomic(&out.join("probe.md"), markdown(r).as_bytes())?;
     let font = report::find_font(None)?.map(|(_, f)| f);
-    let cls = chart(r, "[CLS] drift: cosine distance (%)", "1 - cos (%)", |c| &c.cls_cosine_distance);
-    let l2 = chart(r, "Mean-pooled drift: relative L2 (%)", "relative L2 (%)", |c| &c.mean_relative_l2);
+    let cls =
+        chart(r, "[CLS] drift: cosine distance (%)", "1 - cos (%)", |c| &c.cls_cosine_distance);
+    let l2 =
+        chart(r, "Mean-pooled drift: relative L2 (%)", "relative L2 (%)", |c| &c.mean_relative_l2);
     report::render_chart(&cls, out, "drift_cls", font.as_ref())?;
     report::render_chart(&l2, out, "drift_l2", font.as_ref())?;
     let mut stdout = std::io::stdout();

@@ -91,23 +91,50 @@ pub struct Cell {
 
 impl Cell {
     fn dir_name(&self) -> String {
-        let conn: String = self.connection.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
+        let conn: String = self
+            .connection
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' })
+            .collect();
         format!("{}-{}-{}-s{}", self.task.name(), conn, self.adv, self.seed)
     }
 }
 
 /// The cells of a preset for a model with `num_layers` layers.
-pub fn grid(preset: Preset, num_layers: usize, tasks: Option<&[Task]>, seeds: Option<&[u64]>) -> Vec<Cell> {
+pub fn grid(
+    preset: Preset,
+    num_layers: usize,
+    tasks: Option<&[Task]>,
+    seeds: Option<&[u64]>,
+) -> Vec<Cell> {
     let all_tasks = [Task::Sst2, Task::Qqp, Task::Qnli, Task::Mnli, Task::Rte];
     let three = ["bert".to_string(), "ex".to_string(), "im:T=5,gamma=0.1".to_string()];
     let low = (Some(1000), Some(500));
-    let (task_list, connections, advs, default_seeds, samples): (Vec<Task>, Vec<String>, Vec<&str>, Vec<u64>, _) = match preset {
-        Preset::Smoke => (vec![Task::Sst2], vec!["bert".into(), "im:T=2,gamma=0.1".into()], vec!["none"], vec![0], (Some(32), Some(16))),
-        Preset::Table1 => (all_tasks.to_vec(), three.to_vec(), vec!["none"], vec![42], (None, None)),
-        Preset::LowResource => (all_tasks.to_vec(), three.to_vec(), vec!["none"], vec![0, 1, 2], low),
+    let (task_list, connections, advs, default_seeds, samples): (
+        Vec<Task>,
+        Vec<String>,
+        Vec<&str>,
+        Vec<u64>,
+        _,
+    ) = match preset {
+        Preset::Smoke => (
+            vec![Task::Sst2],
+            vec!["bert".into(), "im:T=2,gamma=0.1".into()],
+            vec!["none"],
+            vec![0],
+            (Some(32), Some(16)),
+        ),
+        Preset::Table1 => {
+            (all_tasks.to_vec(), three.to_vec(), vec!["none"], vec![42], (None, None))
+        }
+        Preset::LowResource => {
+            (all_tasks.to_vec(), three.to_vec(), vec!["none"], vec![0, 1, 2], low)
+        }
         Preset::LayerGroups => {
             let third = (num_layers / 3).max(1);
-            let groups = (0..num_layers).step_by(third).map(|a| format!("im:T=5,gamma=0.1,layers={a}-{}", (a + third - 1).min(num_layers - 1)));
+            let groups = (0..num_layers).step_by(third).map(|a| {
+                format!("im:T=5,gamma=0.1,layers={a}-{}", (a + third - 1).min(num_layers - 1))
+            });
             (all_tasks.to_vec(), groups.collect(), vec!["none"], vec![0, 1, 2], low)
         }
         Preset::TSweep => (
@@ -117,14 +144,23 @@ pub fn grid(preset: Preset, num_layers: usize, tasks: Option<&[Task]>, seeds: Op
             vec![0, 1, 2],
             low,
         ),
-        Preset::Creat => (all_tasks.to_vec(), vec!["bert".into()], vec!["creat", "pgd"], vec![0, 1, 2], low),
+        Preset::Creat => {
+            (all_tasks.to_vec(), vec!["bert".into()], vec!["creat", "pgd"], vec![0, 1, 2], low)
+        }
         Preset::GradientStudy => {
             // Cheapest first; the exact gradient at the fixed step (known to stay at chance,
             // docs/numerics.md) last.
-            let specs = [",grad=frozen", ",grad=detached", ",grad=frozen,step=backtrack", ",grad=detached,step=backtrack", ",step=backtrack", ""]
-                .iter()
-                .map(|g| format!("im:T=5,gamma=0.1{g}"))
-                .collect();
+            let specs = [
+                ",grad=frozen",
+                ",grad=detached",
+                ",grad=frozen,step=backtrack",
+                ",grad=detached,step=backtrack",
+                ",step=backtrack",
+                "",
+            ]
+            .iter()
+            .map(|g| format!("im:T=5,gamma=0.1{g}"))
+            .collect();
             (vec![Task::Sst2], specs, vec!["none"], vec![0], low)
         }
     };
@@ -138,7 +174,14 @@ pub fn grid(preset: Preset, num_layers: usize, tasks: Option<&[Task]>, seeds: Op
         for connection in &connections {
             for &adv in &advs {
                 for &seed in &seed_list {
-                    cells.push(Cell { task, connection: connection.clone(), adv, seed, train_samples: samples.0, val_samples: samples.1 });
+                    cells.push(Cell {
+                        task,
+                        connection: connection.clone(),
+                        adv,
+                        seed,
+                        train_samples: samples.0,
+                        val_samples: samples.1,
+                    });
                 }
             }
         }
@@ -147,16 +190,28 @@ pub fn grid(preset: Preset, num_layers: usize, tasks: Option<&[Task]>, seeds: Op
 }
 
 pub fn run(args: ReproduceArgs) -> Result<()> {
-    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(format!("{:?}", args.preset).to_lowercase()));
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("runs").join(format!("{:?}", args.preset).to_lowercase()));
     let config = shared::BertConfig::from_file(&args.model.join("config.json"))?;
-    let tasks: Option<Vec<Task>> = args.tasks.as_ref().map(|t| t.iter().map(|s| s.parse()).collect::<Result<_, _>>()).transpose()?;
-    let mut cells = grid(args.preset, config.num_hidden_layers, tasks.as_deref(), args.seeds.as_deref());
+    let tasks: Option<Vec<Task>> = args
+        .tasks
+        .as_ref()
+        .map(|t| t.iter().map(|s| s.parse()).collect::<Result<_, _>>())
+        .transpose()?;
+    let mut cells =
+        grid(args.preset, config.num_hidden_layers, tasks.as_deref(), args.seeds.as_deref());
     if !args.connections.is_empty() {
         // Canonical specs, so that a cell's name does not depend on how its spec was typed.
         let specs: Vec<String> = args
             .connections
             .iter()
-            .map(|s| Ok(shared::ConnectionSpec::parse(s).with_context(|| format!("--connection {s}"))?.to_spec_string()))
+            .map(|s| {
+                Ok(shared::ConnectionSpec::parse(s)
+                    .with_context(|| format!("--connection {s}"))?
+                    .to_spec_string())
+            })
             .collect::<Result<_>>()?;
         let mut seen = std::collections::BTreeSet::new();
         cells = cells
@@ -174,27 +229,46 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     }
     std::fs::create_dir_all(&out)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(datasets::default_data_dir);
-    let grid_name = out.file_name().map_or_else(|| "grid".to_string(), |n| n.to_string_lossy().into_owned());
+    let grid_name =
+        out.file_name().map_or_else(|| "grid".to_string(), |n| n.to_string_lossy().into_owned());
     let results = args.results.join(&grid_name);
     for (i, cell) in cells.iter().enumerate() {
         let dir = out.join(cell.dir_name());
         let summary_path = results.join(format!("{}.json", cell.dir_name()));
         if summary_path.exists() {
-            println!("[{}/{}] {}: summary in {}", i + 1, cells.len(), cell.dir_name(), summary_path.display());
+            println!(
+                "[{}/{}] {}: summary in {}",
+                i + 1,
+                cells.len(),
+                cell.dir_name(),
+                summary_path.display()
+            );
             continue;
         }
         if !(dir.join("done").exists() && dir.join("eval.json").exists()) {
             println!("[{}/{}] {}", i + 1, cells.len(), cell.dir_name());
-            crate::with_backend!(args.backend, |B, device| run_cell::<B>(&args, cell, &dir, &data_dir, &device))
-                .with_context(|| format!("grid cell {}", cell.dir_name()))?;
+            crate::with_backend!(args.backend, |B, device| run_cell::<B>(
+                &args, cell, &dir, &data_dir, &device
+            ))
+            .with_context(|| format!("grid cell {}", cell.dir_name()))?;
         }
         std::fs::create_dir_all(&results)?;
         run::write_json(&summary_path, &run::RunSummary::read(&dir)?)?;
-        println!("[{}/{}] {}: summary written to {}", i + 1, cells.len(), cell.dir_name(), summary_path.display());
+        println!(
+            "[{}/{}] {}: summary written to {}",
+            i + 1,
+            cells.len(),
+            cell.dir_name(),
+            summary_path.display()
+        );
     }
     if report::find_run_dirs(&out)?.is_empty() {
         // A fresh clone: every cell's summary is committed, no run directory is here.
-        println!("no run directories in {}: the results are the summaries in {}", out.display(), results.display());
+        println!(
+            "no run directories in {}: the results are the summaries in {}",
+            out.display(),
+            results.display()
+        );
         return Ok(());
     }
     report::run(ReportArgs {
@@ -205,25 +279,45 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     })
 }
 
-fn run_cell<B: Backend>(args: &ReproduceArgs, cell: &Cell, dir: &Path, data_dir: &Path, device: &B::Device) -> Result<()> {
+fn run_cell<B: Backend>(
+    args: &ReproduceArgs,
+    cell: &Cell,
+    dir: &Path,
+    data_dir: &Path,
+    device: &B::Device,
+) -> Result<()> {
     let resume = dir.join("config.json").exists();
     let config = if resume {
         run::read_json(&dir.join("config.json"))?
     } else {
         let mut flags: Vec<String> = vec![
             "finetune".into(),
-            "--task".into(), cell.task.name().into(),
-            "--model".into(), args.model.display().to_string(),
-            "--connection".into(), cell.connection.clone(),
-            "--adv".into(), cell.adv.into(),
-            "--seed".into(), cell.seed.to_string(),
-            "--epochs".into(), args.epochs.to_string(),
-            "--lr".into(), args.lr.to_string(),
-            "--data-dir".into(), data_dir.display().to_string(),
-            "--max-grad-norm".into(), args.max_grad_norm.to_string(),
-            "--backend".into(), format!("{:?}", args.backend).to_lowercase(),
+            "--task".into(),
+            cell.task.name().into(),
+            "--model".into(),
+            args.model.display().to_string(),
+            "--connection".into(),
+            cell.connection.clone(),
+            "--adv".into(),
+            cell.adv.into(),
+            "--seed".into(),
+            cell.seed.to_string(),
+            "--epochs".into(),
+            args.epochs.to_string(),
+            "--lr".into(),
+            args.lr.to_string(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+            "--max-grad-norm".into(),
+            args.max_grad_norm.to_string(),
+            "--backend".into(),
+            format!("{:?}", args.backend).to_lowercase(),
         ];
-        let optional = [("--train-samples", cell.train_samples), ("--val-samples", cell.val_samples), ("--max-steps", args.max_steps)];
+        let optional = [
+            ("--train-samples", cell.train_samples),
+            ("--val-samples", cell.val_samples),
+            ("--max-steps", args.max_steps),
+        ];
         for (flag, value) in optional {
             if let Some(v) = value {
                 flags.extend([flag.to_string(), v.to_string()]);
@@ -235,11 +329,15 @@ fn run_cell<B: Backend>(args: &ReproduceArgs, cell: &Cell, dir: &Path, data_dir:
             inner: FinetuneArgs,
         }
         let mut config = Wrapper::try_parse_from(&flags)?.inner.to_config()?;
-        let preset = args.preset.to_possible_value().map_or_else(|| format!("{:?}", args.preset), |v| v.get_name().to_string());
+        let preset = args
+            .preset
+            .to_possible_value()
+            .map_or_else(|| format!("{:?}", args.preset), |v| v.get_name().to_string());
         config.command = format!("trainer reproduce --preset {preset} (cell {})", cell.dir_name());
         config
     };
-    let options = RunOptions { save_final: false, checkpoint_every: 50, progress_every: 50, resume };
+    let options =
+        RunOptions { save_final: false, checkpoint_every: 50, progress_every: 50, resume };
     finetune::train::<burn::backend::Autodiff<B>>(&config, dir, &options, device)?;
     let target = EvalTarget {
         model_dir: dir.join("best"),
@@ -260,7 +358,10 @@ fn run_cell<B: Backend>(args: &ReproduceArgs, cell: &Cell, dir: &Path, data_dir:
     };
     let report = evaluate::evaluate::<B>(&target, data_dir, &eval_args, device)?;
     run::write_json(&dir.join("eval.json"), &report)?;
-    shared::io::checkpoint::write_atomic(&dir.join("eval.md"), evaluate::markdown(&report).as_bytes())?;
+    shared::io::checkpoint::write_atomic(
+        &dir.join("eval.md"),
+        evaluate::markdown(&report).as_bytes(),
+    )?;
     Ok(())
 }
 
@@ -274,14 +375,25 @@ mod tests {
         assert_eq!(grid(Preset::LowResource, 12, None, None).len(), 5 * 3 * 3);
         let groups = grid(Preset::LayerGroups, 12, Some(&[Task::Sst2]), Some(&[0]));
         let specs: Vec<&str> = groups.iter().map(|c| c.connection.as_str()).collect();
-        assert_eq!(specs, ["im:T=5,gamma=0.1,layers=0-3", "im:T=5,gamma=0.1,layers=4-7", "im:T=5,gamma=0.1,layers=8-11"]);
+        assert_eq!(
+            specs,
+            [
+                "im:T=5,gamma=0.1,layers=0-3",
+                "im:T=5,gamma=0.1,layers=4-7",
+                "im:T=5,gamma=0.1,layers=8-11"
+            ]
+        );
         let minilm = grid(Preset::LayerGroups, 6, Some(&[Task::Sst2]), Some(&[0]));
         assert_eq!(minilm.last().unwrap().connection, "im:T=5,gamma=0.1,layers=4-5");
         let study = grid(Preset::GradientStudy, 6, None, None);
         assert_eq!(study.len(), 6);
         for c in &study {
             let spec = shared::ConnectionSpec::parse(&c.connection).unwrap();
-            assert_eq!(spec.to_spec_string(), c.connection, "the cell's name is its canonical spec");
+            assert_eq!(
+                spec.to_spec_string(),
+                c.connection,
+                "the cell's name is its canonical spec"
+            );
         }
         let sweep = grid(Preset::TSweep, 6, None, Some(&[7]));
         assert_eq!(sweep.len(), 4);

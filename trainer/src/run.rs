@@ -61,11 +61,16 @@ mod spec_text {
     use serde::{Deserialize, Deserializer, Serializer};
     use shared::ConnectionSpec;
 
-    pub fn serialize<S: Serializer>(spec: &ConnectionSpec, serializer: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(
+        spec: &ConnectionSpec,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(&spec.to_spec_string())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ConnectionSpec, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<ConnectionSpec, D::Error> {
         let text = String::deserialize(deserializer)?;
         ConnectionSpec::parse(&text).map_err(serde::de::Error::custom)
     }

@@ -91,8 +91,8 @@ fn check_summary(s: &Value, results: &[Value]) {
     if ok + failed > 0 {
         close(&s["attack_success_rate"], 100.0 * ok as f64 / (ok + failed) as f64);
         let attacked: Vec<&Value> = results.iter().filter(|r| r["status"] != "skipped").collect();
-        let mean_queries =
-            attacked.iter().map(|r| count(&r["queries"]) as f64).sum::<f64>() / attacked.len() as f64;
+        let mean_queries = attacked.iter().map(|r| count(&r["queries"]) as f64).sum::<f64>()
+            / attacked.len() as f64;
         close(&s["avg_queries"], mean_queries);
     } else {
         assert!(s["attack_success_rate"].is_null());
@@ -110,7 +110,8 @@ fn check_results(results: &[Value]) {
         let subs = r["substitutions"].as_array().unwrap();
         let max_words = (0.3 * count(&r["num_words"]) as f64).ceil() as usize;
         assert!(subs.len() <= max_words, "{r}");
-        let (pred, adv_pred) = (count(&r["original_prediction"]), count(&r["adversarial_prediction"]));
+        let (pred, adv_pred) =
+            (count(&r["original_prediction"]), count(&r["adversarial_prediction"]));
         match r["status"].as_str().unwrap() {
             "skipped" => {
                 assert_ne!(pred, label);

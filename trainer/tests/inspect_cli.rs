@@ -39,7 +39,8 @@ fn floats(v: &serde_json::Value) -> Vec<f64> {
 fn backtracking_reports_the_steps_it_took_and_never_raises_the_residual() {
     // At gamma 5 the fixed step overshoots on the tiny model; backtracking halves it.
     let gamma = 5.0;
-    let report: serde_json::Value = serde_json::from_str(&inspect("im:T=3,gamma=5,step=backtrack", true)).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&inspect("im:T=3,gamma=5,step=backtrack", true)).unwrap();
     let mut halved = 0;
     for item in 0..2 {
         let layers = layers(&report, item);
@@ -51,7 +52,10 @@ fn backtracking_reports_the_steps_it_took_and_never_raises_the_residual() {
             assert!(norms.windows(2).all(|w| w[1] <= w[0]), "the residual rose: {layer}");
             for s in steps {
                 // gamma / 2^k for k <= 5 halvings, or 0 (no step found).
-                assert!(s == 0.0 || (0..=5).any(|k| (s - gamma / f64::from(1 << k)).abs() < 1e-6), "{s}");
+                assert!(
+                    s == 0.0 || (0..=5).any(|k| (s - gamma / f64::from(1 << k)).abs() < 1e-6),
+                    "{s}"
+                );
                 halved += usize::from(s < gamma);
             }
         }
@@ -59,10 +63,19 @@ fn backtracking_reports_the_steps_it_took_and_never_raises_the_residual() {
     assert!(halved > 0, "gamma 5 should need a smaller step somewhere");
     // Each example's steps are its own: the second sentence alone takes the steps it took in the
     // batch (the first sentence is shorter, so its padding must not matter either).
-    let alone: serde_json::Value =
-        serde_json::from_str(&inspect_texts("im:T=3,gamma=5,step=backtrack", true, &SENTENCES[1..])).unwrap();
+    let alone: serde_json::Value = serde_json::from_str(&inspect_texts(
+        "im:T=3,gamma=5,step=backtrack",
+        true,
+        &SENTENCES[1..],
+    ))
+    .unwrap();
     for (batched, alone) in layers(&report, 1).iter().zip(layers(&alone, 0)) {
-        assert_eq!(floats(&batched["step_sizes"]), floats(&alone["step_sizes"]), "layer {}", alone["layer"]);
+        assert_eq!(
+            floats(&batched["step_sizes"]),
+            floats(&alone["step_sizes"]),
+            "layer {}",
+            alone["layer"]
+        );
     }
     assert!(inspect("im:T=3,gamma=5,step=backtrack", false).contains("steps taken: "));
 
@@ -70,7 +83,10 @@ fn backtracking_reports_the_steps_it_took_and_never_raises_the_residual() {
     let fixed: serde_json::Value = serde_json::from_str(&inspect("im:T=3,gamma=5", true)).unwrap();
     for layer in layers(&fixed, 0) {
         assert_eq!(floats(&layer["step_sizes"]), vec![gamma; 3]);
-        assert!(!layer["rises_after_iteration"].as_array().unwrap().is_empty(), "gamma 5 overshoots: {layer}");
+        assert!(
+            !layer["rises_after_iteration"].as_array().unwrap().is_empty(),
+            "gamma 5 overshoots: {layer}"
+        );
     }
     assert!(!inspect("im:T=3,gamma=5", false).contains("steps taken"));
 }

@@ -12,7 +12,15 @@ fn probe_measures_drift_per_layer_and_precision() {
     let out = repo().join("target/test-artifacts/trainer/probe");
     let _ = std::fs::remove_dir_all(&out);
     let run = Command::new(env!("CARGO_BIN_EXE_trainer"))
-        .args(["probe", "--model", "tests/fixtures/tiny-bert", "--connection", "bert", "--connection", "ex"])
+        .args([
+            "probe",
+            "--model",
+            "tests/fixtures/tiny-bert",
+            "--connection",
+            "bert",
+            "--connection",
+            "ex",
+        ])
         .args(["--connection", "im:T=3,gamma=0.1,step=backtrack"])
         // An unchanged pair (no drift anywhere) and an edited one.
         .args(["--text", "the movie was good", "--perturbed", "the movie was good"])
@@ -22,16 +30,24 @@ fn probe_measures_drift_per_layer_and_precision() {
         .current_dir(repo())
         .output()
         .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
     assert!(run.status.success(), "{text}");
     assert!(text.contains("Mean [CLS] cosine distance"), "{text}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("probe.json")).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("probe.json")).unwrap()).unwrap();
     assert_eq!(report["pairs"], 2);
     let connections = report["connections"].as_array().unwrap();
     assert_eq!(connections.len(), 3);
     for c in connections {
-        let cls: Vec<f64> = c["cls_cosine_distance"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        let l2: Vec<f64> = c["mean_relative_l2"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let cls: Vec<f64> = c["cls_cosine_distance"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        let l2: Vec<f64> =
+            c["mean_relative_l2"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
         assert_eq!(cls.len(), 3, "embeddings and two layers");
         // Averaged over one unchanged pair and one edited one: positive, and at most half of the
         // largest a single pair could show (cosine distance <= 2).
@@ -54,7 +70,12 @@ fn probe_measures_drift_per_layer_and_precision() {
     assert!(same.status.success(), "{}", String::from_utf8_lossy(&same.stderr));
     let report: serde_json::Value = serde_json::from_slice(&same.stdout).unwrap();
     for c in report["connections"].as_array().unwrap() {
-        for v in c["cls_cosine_distance"].as_array().unwrap().iter().chain(c["mean_relative_l2"].as_array().unwrap()) {
+        for v in c["cls_cosine_distance"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(c["mean_relative_l2"].as_array().unwrap())
+        {
             assert!(v.as_f64().unwrap().abs() < 1e-6, "{c}");
         }
     }
@@ -81,7 +102,9 @@ fn a_run_is_probed_with_its_own_connection() {
     }
     // Weights that differ from --model's: a much larger layer-norm epsilon changes every layer.
     let best_config = run_dir.join("best/config.json");
-    let text = std::fs::read_to_string(&best_config).unwrap().replace("\"layer_norm_eps\": 1e-12", "\"layer_norm_eps\": 0.5");
+    let text = std::fs::read_to_string(&best_config)
+        .unwrap()
+        .replace("\"layer_norm_eps\": 1e-12", "\"layer_norm_eps\": 0.5");
     std::fs::write(&best_config, text).unwrap();
     let config = serde_json::json!({
         "task": "sst2", "model": "tests/fixtures/tiny-bert", "connection": "im:T=3,gamma=0.1,grad=frozen",
@@ -95,7 +118,14 @@ fn a_run_is_probed_with_its_own_connection() {
     std::fs::write(run_dir.join("config.json"), config.to_string()).unwrap();
     let probe = |extra: &[&str]| -> serde_json::Value {
         let out = Command::new(env!("CARGO_BIN_EXE_trainer"))
-            .args(["probe", "--json", "--text", "the movie was good", "--perturbed", "the film was not good"])
+            .args([
+                "probe",
+                "--json",
+                "--text",
+                "the movie was good",
+                "--perturbed",
+                "the film was not good",
+            ])
             .args(extra)
             .current_dir(repo())
             .output()
@@ -104,7 +134,8 @@ fn a_run_is_probed_with_its_own_connection() {
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let tiny = ["--model", "tests/fixtures/tiny-bert"];
-    let with_run = probe(&[&tiny[..], &["--connection", "bert", "--run", run_dir.to_str().unwrap()]].concat());
+    let with_run =
+        probe(&[&tiny[..], &["--connection", "bert", "--run", run_dir.to_str().unwrap()]].concat());
     let connections = with_run["connections"].as_array().unwrap();
     assert_eq!(connections.len(), 2, "the --connection, then the run");
     assert!(connections[0].get("run").is_none());
@@ -119,7 +150,10 @@ fn a_run_is_probed_with_its_own_connection() {
     for key in ["cls_cosine_distance", "mean_relative_l2", "f32_vs_f64"] {
         assert_eq!(connections[1][key], direct["connections"][0][key], "{key}");
     }
-    assert_ne!(connections[1]["mean_relative_l2"], other_weights["connections"][0]["mean_relative_l2"]);
+    assert_ne!(
+        connections[1]["mean_relative_l2"],
+        other_weights["connections"][0]["mean_relative_l2"]
+    );
 
     // A directory without a run's config.json is an error naming it.
     let bad = Command::new(env!("CARGO_BIN_EXE_trainer"))

@@ -33,11 +33,14 @@ impl Frame {
     /// A frame whose ranges cover every point of `series` (y from 0 on a linear axis).
     pub fn fit(width: f32, height: f32, series: &[Series], log_y: bool) -> Frame {
         let points = series.iter().flat_map(|s| s.points.iter().copied());
-        let finite: Vec<(f32, f32)> =
-            points.filter(|(x, y)| x.is_finite() && y.is_finite() && (!log_y || *y > 0.0)).collect();
+        let finite: Vec<(f32, f32)> = points
+            .filter(|(x, y)| x.is_finite() && y.is_finite() && (!log_y || *y > 0.0))
+            .collect();
         let (mut x0, mut x1) = min_max(finite.iter().map(|p| p.0)).unwrap_or((0.0, 1.0));
         let (mut y0, mut y1) = if log_y {
-            min_max(finite.iter().map(|p| p.1.log10())).map(|(a, b)| (a.floor(), b.ceil())).unwrap_or((-1.0, 0.0))
+            min_max(finite.iter().map(|p| p.1.log10()))
+                .map(|(a, b)| (a.floor(), b.ceil()))
+                .unwrap_or((-1.0, 0.0))
         } else {
             (0.0, min_max(finite.iter().map(|p| p.1)).map_or(1.0, |(_, b)| b.max(0.0) * 1.1))
         };
@@ -70,7 +73,12 @@ impl Frame {
                 pen_down = false;
                 continue;
             }
-            d.push_str(&format!("{}{:.1} {:.1} ", if pen_down { "L" } else { "M" }, self.px(x), self.py(y)));
+            d.push_str(&format!(
+                "{}{:.1} {:.1} ",
+                if pen_down { "L" } else { "M" },
+                self.px(x),
+                self.py(y)
+            ));
             pen_down = true;
         }
         d.trim_end().to_string()
@@ -140,7 +148,10 @@ mod tests {
         assert_eq!(f.px(6.0), 300.0 - RIGHT);
         assert_eq!(f.py(0.0), 200.0 - f.bottom);
         assert!(f.py(2.0) > TOP && f.py(2.0) < f.py(1.0), "y grows upwards, with headroom");
-        assert_eq!(f.path(&s[0].points), format!("M{:.1} {:.1} L{:.1} {:.1}", f.px(0.0), f.py(0.0), f.px(6.0), f.py(2.0)));
+        assert_eq!(
+            f.path(&s[0].points),
+            format!("M{:.1} {:.1} L{:.1} {:.1}", f.px(0.0), f.py(0.0), f.px(6.0), f.py(2.0))
+        );
     }
 
     #[test]

@@ -78,11 +78,19 @@ pub async fn analyse<B: Backend>(
     device: &B::Device,
     on_webgpu: bool,
 ) -> Result<Analysis, String> {
-    let items = [(clean.text_a.as_str(), clean.text_b.as_deref()), (perturbed.text_a.as_str(), perturbed.text_b.as_deref())];
+    let items = [
+        (clean.text_a.as_str(), clean.text_b.as_deref()),
+        (perturbed.text_a.as_str(), perturbed.text_b.as_deref()),
+    ];
     let max_len = model.max_len(max_len);
     let batch = tokenizer.encode(&items, max_len).map_err(|e| e.to_string())?;
     let input = batch.to_input::<B>(device);
-    let options = ForwardOptions { hidden_states: true, im_residuals: true, skip_head: false, decide_on_device: on_webgpu };
+    let options = ForwardOptions {
+        hidden_states: true,
+        im_residuals: true,
+        skip_head: false,
+        decide_on_device: on_webgpu,
+    };
     let out = model.forward(&input, options);
     let logits = out.logits.ok_or("this model has no classifier head")?;
 
@@ -139,16 +147,27 @@ pub async fn analyse<B: Backend>(
             perturbed: values.iter().skip(1).step_by(2).copied().collect(),
         });
     }
-    Ok(Analysis { clean: verdict(0), perturbed: verdict(1), cls_drift, mean_drift, residuals: traces })
+    Ok(Analysis {
+        clean: verdict(0),
+        perturbed: verdict(1),
+        cls_drift,
+        mean_drift,
+        residuals: traces,
+    })
 }
 
-fn items_token_count(tokenizer: &BertTokenizer, item: (&str, Option<&str>), max_len: usize) -> usize {
+fn items_token_count(
+    tokenizer: &BertTokenizer,
+    item: (&str, Option<&str>),
+    max_len: usize,
+) -> usize {
     // Encoding once more without the cap tells whether the cap cut anything.
     tokenizer.encode(&[item], usize::MAX / 2).map(|b| b.length(0)).unwrap_or(max_len)
 }
 
 async fn read<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>, String> {
-    let data = t.into_data_async().await.map_err(|e| format!("reading a result back failed: {e:?}"))?;
+    let data =
+        t.into_data_async().await.map_err(|e| format!("reading a result back failed: {e:?}"))?;
     data.convert::<f32>().into_vec::<f32>().map_err(|e| format!("{e:?}"))
 }
 

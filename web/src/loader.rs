@@ -11,7 +11,8 @@ use web_sys::{Cache, Response};
 const CACHE_NAME: &str = "imbert-models-v1";
 
 fn js_error(context: &str, e: JsValue) -> String {
-    let detail = e.as_string().or_else(|| js_sys::JSON::stringify(&e).ok().and_then(|s| s.as_string()));
+    let detail =
+        e.as_string().or_else(|| js_sys::JSON::stringify(&e).ok().and_then(|s| s.as_string()));
     format!("{context}: {}", detail.unwrap_or_else(|| "unknown error".into()))
 }
 
@@ -56,7 +57,11 @@ async fn open_cache() -> Option<Cache> {
 
 /// A file's bytes, from the cache when there, else from the network (then cached), reporting
 /// `(received, total)` bytes as they arrive. Returns the bytes and whether they came from cache.
-pub async fn fetch_bytes(url: &str, expected: u64, progress: impl Fn(u64, u64)) -> Result<(Vec<u8>, bool), String> {
+pub async fn fetch_bytes(
+    url: &str,
+    expected: u64,
+    progress: impl Fn(u64, u64),
+) -> Result<(Vec<u8>, bool), String> {
     let key = format!("{url}?bytes={expected}");
     let cache = open_cache().await;
     if let Some(cache) = &cache {
@@ -84,13 +89,18 @@ pub async fn fetch_bytes(url: &str, expected: u64, progress: impl Fn(u64, u64)) 
     Ok((read_body(&response, total, &progress).await?, false))
 }
 
-async fn read_body(response: &Response, total: u64, progress: &impl Fn(u64, u64)) -> Result<Vec<u8>, String> {
+async fn read_body(
+    response: &Response,
+    total: u64,
+    progress: &impl Fn(u64, u64),
+) -> Result<Vec<u8>, String> {
     let body = response.body().ok_or("empty response body")?;
     let reader: web_sys::ReadableStreamDefaultReader =
         body.get_reader().dyn_into().map_err(|e| js_error("no stream reader", e.into()))?;
     let mut bytes = Vec::with_capacity(total as usize);
     loop {
-        let chunk = JsFuture::from(reader.read()).await.map_err(|e| js_error("download interrupted", e))?;
+        let chunk =
+            JsFuture::from(reader.read()).await.map_err(|e| js_error("download interrupted", e))?;
         let done = Reflect::get(&chunk, &"done".into()).map(|d| d.is_truthy()).unwrap_or(true);
         if done {
             break;

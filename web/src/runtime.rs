@@ -105,14 +105,17 @@ mod browser {
     /// `await navigator.gpu.requestAdapter({powerPreference: "high-performance"})` (the options
     /// wgpu itself uses), as an error message when there is no adapter.
     async fn probe_adapter() -> Result<(), String> {
-        let get = |target: &JsValue, key: &str| Reflect::get(target, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED);
+        let get = |target: &JsValue, key: &str| {
+            Reflect::get(target, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+        };
         let navigator = get(&js_sys::global(), "navigator");
         let gpu = get(&navigator, "gpu");
         if gpu.is_undefined() || gpu.is_null() {
             return Err("this browser has no WebGPU (navigator.gpu is missing)".into());
         }
-        let request: Function =
-            get(&gpu, "requestAdapter").dyn_into().map_err(|_| "navigator.gpu.requestAdapter is not a function")?;
+        let request: Function = get(&gpu, "requestAdapter")
+            .dyn_into()
+            .map_err(|_| "navigator.gpu.requestAdapter is not a function")?;
         let options = Object::new();
         let _ = Reflect::set(&options, &"powerPreference".into(), &"high-performance".into());
         let adapter: Promise = request
@@ -121,15 +124,20 @@ mod browser {
             .dyn_into()
             .map_err(|_| "navigator.gpu.requestAdapter() did not return a promise")?;
         let timeout = JsValue::from_str("timeout");
-        let race = Promise::race(&Array::of2(&adapter, &resolve_after(ADAPTER_TIMEOUT_MS, &timeout)));
+        let race =
+            Promise::race(&Array::of2(&adapter, &resolve_after(ADAPTER_TIMEOUT_MS, &timeout)));
         let adapter = JsFuture::from(race)
             .await
             .map_err(|e| format!("navigator.gpu.requestAdapter() failed: {}", describe(&e)))?;
         if adapter == timeout {
-            return Err(format!("navigator.gpu.requestAdapter() did not answer within {ADAPTER_TIMEOUT_MS} ms"));
+            return Err(format!(
+                "navigator.gpu.requestAdapter() did not answer within {ADAPTER_TIMEOUT_MS} ms"
+            ));
         }
         if adapter.is_null() || adapter.is_undefined() {
-            return Err("WebGPU is present but navigator.gpu.requestAdapter() returned no adapter".into());
+            return Err(
+                "WebGPU is present but navigator.gpu.requestAdapter() returned no adapter".into()
+            );
         }
         Ok(())
     }
@@ -152,7 +160,10 @@ mod browser {
     /// `2 * [1, 2, 3]` on the device, read back: kernels compile, run and return data.
     async fn smoke_test(device: &WgpuDevice) -> Result<(), String> {
         let doubled = Tensor::<Gpu, 1>::from_floats([1.0, 2.0, 3.0], device).mul_scalar(2.0);
-        let data = doubled.into_data_async().await.map_err(|e| format!("WebGPU readback failed: {e:?}"))?;
+        let data = doubled
+            .into_data_async()
+            .await
+            .map_err(|e| format!("WebGPU readback failed: {e:?}"))?;
         let values = data.to_vec::<f32>().map_err(|e| format!("WebGPU readback failed: {e:?}"))?;
         if values != [2.0, 4.0, 6.0] {
             return Err(format!("WebGPU computed 2 * [1, 2, 3] = {values:?}"));

@@ -8,8 +8,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use shared::io::bundle::{ModelCard, WebBundle};
-use shared::robustness::neighbours::WordNeighbours;
 use shared::io::quantize::WEB_WEIGHTS_FILE;
+use shared::robustness::neighbours::WordNeighbours;
 use shared::{BertClassifier, BertTokenizer, ConnectionSpec};
 
 use crate::catalog::{IndexEntry, ModelIndex};
@@ -48,7 +48,14 @@ pub type Shared = Rc<RefCell<Session>>;
 
 impl Session {
     pub fn new(runtime: Runtime, index: ModelIndex, base: String) -> Self {
-        Self { runtime, index, base, loaded: HashMap::new(), neighbours: HashMap::new(), cache: HashMap::new() }
+        Self {
+            runtime,
+            index,
+            base,
+            loaded: HashMap::new(),
+            neighbours: HashMap::new(),
+            cache: HashMap::new(),
+        }
     }
 
     pub fn loaded(&self, model: usize) -> Option<Rc<LoadedModel>> {
@@ -62,7 +69,11 @@ impl Session {
 
 /// Downloads bundle `model` (weights through the cache, with progress) and puts it on the
 /// device. The session is not borrowed across awaits: other tasks run in between.
-pub async fn load(session: &Shared, model: usize, progress: impl Fn(u64, u64)) -> Result<Rc<LoadedModel>, String> {
+pub async fn load(
+    session: &Shared,
+    model: usize,
+    progress: impl Fn(u64, u64),
+) -> Result<Rc<LoadedModel>, String> {
     if let Some(m) = session.borrow().loaded(model) {
         return Ok(m);
     }
@@ -79,9 +90,11 @@ pub async fn load(session: &Shared, model: usize, progress: impl Fn(u64, u64)) -
     let config = text("config.json").await?;
     let tokenizer = text("tokenizer.json").await?;
     let card = text("imbert.json").await?;
-    let (weights, _cached) = loader::fetch_bytes(&format!("{url}{WEB_WEIGHTS_FILE}"), entry.bytes, progress).await?;
-    let bundle = WebBundle::from_bytes(config.as_bytes(), tokenizer.as_bytes(), &weights, card.as_bytes())
-        .map_err(|e| format!("model {}: {e}", entry.id))?;
+    let (weights, _cached) =
+        loader::fetch_bytes(&format!("{url}{WEB_WEIGHTS_FILE}"), entry.bytes, progress).await?;
+    let bundle =
+        WebBundle::from_bytes(config.as_bytes(), tokenizer.as_bytes(), &weights, card.as_bytes())
+            .map_err(|e| format!("model {}: {e}", entry.id))?;
     drop(weights);
     let neighbours = if session.borrow().neighbours.contains_key(&entry.task) {
         None
@@ -89,12 +102,21 @@ pub async fn load(session: &Shared, model: usize, progress: impl Fn(u64, u64)) -
         Some(word_neighbours(&bundle)?)
     };
     let model_on_device = match &runtime {
-        Runtime::WebGpu(device) => AnyModel::Gpu(Box::new(bundle.classifier::<Gpu>(device).map_err(|e| e.to_string())?)),
-        Runtime::Cpu => AnyModel::Cpu(Box::new(bundle.classifier::<Cpu>(&Default::default()).map_err(|e| e.to_string())?)),
+        Runtime::WebGpu(device) => {
+            AnyModel::Gpu(Box::new(bundle.classifier::<Gpu>(device).map_err(|e| e.to_string())?))
+        }
+        Runtime::Cpu => AnyModel::Cpu(Box::new(
+            bundle.classifier::<Cpu>(&Default::default()).map_err(|e| e.to_string())?,
+        )),
     };
     // The host copy of the weights goes here; the tokenizer and card move out of it.
     let WebBundle { tokenizer, card, .. } = bundle;
-    let loaded = Rc::new(LoadedModel { entry: entry.clone(), card, tokenizer: Rc::new(tokenizer), model: model_on_device });
+    let loaded = Rc::new(LoadedModel {
+        entry: entry.clone(),
+        card,
+        tokenizer: Rc::new(tokenizer),
+        model: model_on_device,
+    });
     let mut s = session.borrow_mut();
     if let Some(n) = neighbours {
         s.neighbours.insert(entry.task.clone(), Rc::new(n));
@@ -109,7 +131,8 @@ fn word_neighbours(bundle: &WebBundle) -> Result<WordNeighbours, String> {
         .find_map(|k| bundle.tensors.get(*k))
         .ok_or("the bundle has no word embeddings")?;
     let hidden = weight.shape.get(1).copied().unwrap_or(0);
-    WordNeighbours::new(&weight.data, hidden, &bundle.tokenizer.inner().get_vocab(true)).map_err(|e| e.to_string())
+    WordNeighbours::new(&weight.data, hidden, &bundle.tokenizer.inner().get_vocab(true))
+        .map_err(|e| e.to_string())
 }
 
 /// The analysis of `model` run with `spec` on the pair, from the cache when computed before.
@@ -133,7 +156,8 @@ pub async fn analyse(
         }
         AnyModel::Cpu(m) => {
             let m = m.clone().with_connections(spec).map_err(|e| e.to_string())?;
-            engine::analyse(&m, tokenizer, clean, perturbed, MAX_TOKENS, &Default::default(), false).await?
+            engine::analyse(&m, tokenizer, clean, perturbed, MAX_TOKENS, &Default::default(), false)
+                .await?
         }
     };
     let analysis = Arc::new(analysis);

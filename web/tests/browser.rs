@@ -22,7 +22,9 @@ use serde_json::Value;
 use shared::io::checkpoint::{load_from_tensors, HostTensor};
 use shared::robustness::neighbours::WordNeighbours;
 use shared::robustness::perturb::{self, EditKind, Perturbation};
-use shared::{BertClassifier, BertConfig, BertTokenizer, ConnectionSpec, EncodedBatch, ForwardOptions};
+use shared::{
+    BertClassifier, BertConfig, BertTokenizer, ConnectionSpec, EncodedBatch, ForwardOptions,
+};
 
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
@@ -40,7 +42,8 @@ fn reference() -> Value {
 }
 
 fn tokenizer(reference: &Value) -> BertTokenizer {
-    BertTokenizer::from_json_bytes(reference["tokenizer_json"].as_str().unwrap().as_bytes()).unwrap()
+    BertTokenizer::from_json_bytes(reference["tokenizer_json"].as_str().unwrap().as_bytes())
+        .unwrap()
 }
 
 fn ints(v: &Value) -> Vec<i64> {
@@ -56,7 +59,8 @@ fn text_pair(v: &Value) -> (String, Option<String>) {
 }
 
 fn encode(tok: &BertTokenizer, items: &[(String, Option<String>)], max_len: usize) -> EncodedBatch {
-    let refs: Vec<(&str, Option<&str>)> = items.iter().map(|(a, b)| (a.as_str(), b.as_deref())).collect();
+    let refs: Vec<(&str, Option<&str>)> =
+        items.iter().map(|(a, b)| (a.as_str(), b.as_deref())).collect();
     tok.encode(&refs, max_len).unwrap()
 }
 
@@ -73,11 +77,15 @@ fn token_ids_equal_native() {
     let cases = r["tokenizer_cases"].as_array().unwrap();
     assert!(cases.len() >= 10);
     for case in cases {
-        let item = (case["text_a"].as_str().unwrap().to_string(), case["text_b"].as_str().map(str::to_string));
+        let item = (
+            case["text_a"].as_str().unwrap().to_string(),
+            case["text_b"].as_str().map(str::to_string),
+        );
         let enc = encode(&tok, std::slice::from_ref(&item), max_len);
         assert_eq!(enc.input_ids, ints(&case["input_ids"]), "ids of {item:?}");
         assert_eq!(enc.token_type_ids, ints(&case["token_type_ids"]), "token types of {item:?}");
-        let tokens: Vec<&str> = case["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        let tokens: Vec<&str> =
+            case["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
         assert_eq!(enc.tokens[0], tokens, "tokens of {item:?}");
     }
 }
@@ -96,10 +104,16 @@ fn tiny_model<B: Backend>(device: &B::Device) -> BertClassifier<B> {
         if view.dtype() != Dtype::F32 {
             continue;
         }
-        let data = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let data = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
         tensors.insert(name, HostTensor { shape: view.shape().to_vec(), data });
     }
-    let (model, report) = load_from_tensors(&config, tensors, None, Path::new("tiny-bert/model.safetensors"), device).unwrap();
+    let (model, report) =
+        load_from_tensors(&config, tensors, None, Path::new("tiny-bert/model.safetensors"), device)
+            .unwrap();
     assert!(report.initialized_fresh.is_empty(), "{report:?}");
     model
 }
@@ -113,7 +127,10 @@ fn assert_close(what: &str, ours: &[f32], theirs: &[f32], relative: bool) {
     assert_eq!(ours.len(), theirs.len(), "{what}: length");
     for (i, (a, b)) in ours.iter().zip(theirs).enumerate() {
         let scale = if relative { b.abs().max(1.0) } else { 1.0 };
-        assert!((a - b).abs() <= TOLERANCE * scale, "{what}[{i}]: {a} vs native {b} (all: {ours:?} vs {theirs:?})");
+        assert!(
+            (a - b).abs() <= TOLERANCE * scale,
+            "{what}[{i}]: {a} vs native {b} (all: {ours:?} vs {theirs:?})"
+        );
     }
 }
 
@@ -129,10 +146,15 @@ async fn check_model<B: Backend>(device: &B::Device, backend: &str) -> f32 {
         let spec = entry["connection"].as_str().unwrap();
         let model = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
         for batch in entry["batches"].as_array().unwrap() {
-            let items: Vec<(String, Option<String>)> = batch["items"].as_array().unwrap().iter().map(text_pair).collect();
+            let items: Vec<(String, Option<String>)> =
+                batch["items"].as_array().unwrap().iter().map(text_pair).collect();
             let enc = encode(&tok, &items, max_len);
             // WebGPU cannot read back mid-forward: backtracking decides on the device there.
-            let options = ForwardOptions { im_residuals: true, decide_on_device: backend == "webgpu", ..Default::default() };
+            let options = ForwardOptions {
+                im_residuals: true,
+                decide_on_device: backend == "webgpu",
+                ..Default::default()
+            };
             let out = model.forward(&enc.to_input::<B>(device), options);
             let what = format!("{backend} {spec} {items:?}");
             let logits = read(out.logits.unwrap()).await;
@@ -214,8 +236,11 @@ async fn forced_cpu_reports_why() {
 fn neighbour_index(r: &Value) -> WordNeighbours {
     let rows = r["neighbours"].as_array().unwrap();
     let hidden = rows[0]["row"].as_array().unwrap().len();
-    let vocab: HashMap<String, u32> =
-        rows.iter().enumerate().map(|(i, row)| (row["word"].as_str().unwrap().to_string(), i as u32)).collect();
+    let vocab: HashMap<String, u32> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, row)| (row["word"].as_str().unwrap().to_string(), i as u32))
+        .collect();
     let flat: Vec<f32> = rows.iter().flat_map(|row| f32s(&row["row"])).collect();
     WordNeighbours::new(&flat, hidden, &vocab).unwrap()
 }
@@ -258,14 +283,22 @@ fn check_claim(kind: &str, clean: &str, p: &Perturbation, index: &WordNeighbours
             "typo" => {
                 assert!(matches!(e.kind, EditKind::Typo(_)), "{e:?}");
                 assert!(e.before != e.after && !perturb::is_stop_word(&e.before), "{e:?}");
-                assert!(e.before.chars().all(char::is_alphabetic) && e.before.chars().count() >= 3, "{e:?}");
-                assert!(e.before.chars().count().abs_diff(e.after.chars().count()) <= 1, "one bug per word: {e:?}");
+                assert!(
+                    e.before.chars().all(char::is_alphabetic) && e.before.chars().count() >= 3,
+                    "{e:?}"
+                );
+                assert!(
+                    e.before.chars().count().abs_diff(e.after.chars().count()) <= 1,
+                    "one bug per word: {e:?}"
+                );
             }
             "synonym" => {
                 assert_eq!(e.kind, EditKind::Synonym);
                 let candidates = index.neighbours(&e.before, 2);
                 assert!(
-                    candidates.iter().any(|(w, cos)| w.eq_ignore_ascii_case(&e.after) && *cos >= 0.5),
+                    candidates
+                        .iter()
+                        .any(|(w, cos)| w.eq_ignore_ascii_case(&e.after) && *cos >= 0.5),
                     "{e:?} is not among {candidates:?}"
                 );
             }
@@ -277,11 +310,17 @@ fn check_claim(kind: &str, clean: &str, p: &Perturbation, index: &WordNeighbours
             }
             "distractor" => {
                 assert_eq!(e.kind, EditKind::Distractor);
-                assert!(e.before.is_empty() && perturb::DISTRACTORS.contains(&e.after.as_str()), "{e:?}");
+                assert!(
+                    e.before.is_empty() && perturb::DISTRACTORS.contains(&e.after.as_str()),
+                    "{e:?}"
+                );
             }
             "negation" => {
                 assert_eq!(e.kind, EditKind::NegationContrast);
-                assert!(e.before.is_empty() && perturb::CONTRAST_CLAUSES.contains(&e.after.as_str()), "{e:?}");
+                assert!(
+                    e.before.is_empty() && perturb::CONTRAST_CLAUSES.contains(&e.after.as_str()),
+                    "{e:?}"
+                );
             }
             "checklist" => assert!(matches!(e.kind, EditKind::Checklist(_)), "{e:?}"),
             other => panic!("unknown perturbation {other}"),
@@ -305,8 +344,11 @@ fn perturbations_are_deterministic_native_and_do_what_they_claim() {
     let cases = r["perturbations"].as_array().unwrap();
     let mut outputs: HashMap<&str, std::collections::BTreeSet<String>> = HashMap::new();
     for case in cases {
-        let (kind, text, seed) =
-            (case["kind"].as_str().unwrap(), case["text"].as_str().unwrap(), case["seed"].as_u64().unwrap());
+        let (kind, text, seed) = (
+            case["kind"].as_str().unwrap(),
+            case["text"].as_str().unwrap(),
+            case["seed"].as_u64().unwrap(),
+        );
         let p = run(kind, text, seed, &index);
         assert_eq!(p, run(kind, text, seed, &index), "{kind} seed {seed} is not deterministic");
         let native: Perturbation = serde_json::from_value(case["output"].clone()).unwrap();

@@ -21,7 +21,8 @@ pub fn pytorch_timings(script: &Path, args: &[String]) -> Option<serde_json::Val
 /// process did not measure it (a filter left it out; an older run's figure is not reported).
 #[allow(dead_code)] // train_step times its steps itself
 pub fn criterion_median(group: &str, name: &str) -> Option<f64> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/criterion").join(group).join(name);
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/criterion").join(group).join(name);
     let file = dir.join("new/estimates.json");
     let written = std::fs::metadata(&file).and_then(|m| m.modified()).ok()?;
     if written < *PROCESS_START {
@@ -34,7 +35,8 @@ pub fn criterion_median(group: &str, name: &str) -> Option<f64> {
 
 /// When this process started, taken the first time a bench asks (before criterion runs).
 #[allow(dead_code)]
-pub static PROCESS_START: std::sync::LazyLock<std::time::SystemTime> = std::sync::LazyLock::new(std::time::SystemTime::now);
+pub static PROCESS_START: std::sync::LazyLock<std::time::SystemTime> =
+    std::sync::LazyLock::new(std::time::SystemTime::now);
 
 /// A PyTorch script kept running to time one call per request, so that a bench can alternate
 /// its own runs with PyTorch's (`forward_torch.py`): the script prints `ready` once loaded, then
@@ -54,8 +56,14 @@ impl Peer {
         use std::io::BufRead;
         use std::process::{Command, Stdio};
         let py = std::env::var("IMBERT_PYTHON").ok()?;
-        let spawned = Command::new(py).arg(script).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn();
-        let mut child = spawned.map_err(|e| eprintln!("PyTorch benchmark did not start: {e}")).ok()?;
+        let spawned = Command::new(py)
+            .arg(script)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn();
+        let mut child =
+            spawned.map_err(|e| eprintln!("PyTorch benchmark did not start: {e}")).ok()?;
         let (stdin, stdout) = (child.stdin.take()?, child.stdout.take()?);
         let mut peer = Self { child, stdin: Some(stdin), stdout: std::io::BufReader::new(stdout) };
         let mut line = String::new();

@@ -30,7 +30,10 @@ mod tests {
         let before = unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) };
         match std::env::var("MIMALLOC_PURGE_DELAY").ok().and_then(|v| v.parse::<i64>().ok()) {
             Some(from_env) => assert_eq!(before as i64, from_env),
-            None => assert!([10, 1000].contains(&before), "option {PURGE_DELAY} is {before}, not a purge delay"),
+            None => assert!(
+                [10, 1000].contains(&before),
+                "option {PURGE_DELAY} is {before}, not a purge delay"
+            ),
         }
         keep_freed_pages();
         assert_eq!(unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) }, -1);

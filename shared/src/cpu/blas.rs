@@ -56,7 +56,16 @@ pub(crate) struct Layout {
 /// not read `c`, so it may be uninitialised.
 #[cfg(feature = "openblas")]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn sgemm(a_layout: Layout, b_layout: Layout, [m, n, k]: [usize; 3], a: *const f32, b: *const f32, beta: f32, c: *mut f32, ldc: usize) {
+pub(crate) unsafe fn sgemm(
+    a_layout: Layout,
+    b_layout: Layout,
+    [m, n, k]: [usize; 3],
+    a: *const f32,
+    b: *const f32,
+    beta: f32,
+    c: *mut f32,
+    ldc: usize,
+) {
     const ROW_MAJOR: c_int = 101;
     let trans = |l: Layout| if l.transposed { 112 } else { 111 };
     let int = |x: usize| c_int::try_from(x).expect("GEMM dimension fits a C int");
@@ -121,10 +130,14 @@ pub fn advice() -> Option<String> {
     }
     let why = match std::env::var("OPENBLAS_CORETYPE") {
         // Some machine images set it for every process, to a lowest common denominator.
-        Ok(set) => format!("OPENBLAS_CORETYPE={set} in the environment makes OpenBLAS use its {core} kernels"),
+        Ok(set) => format!(
+            "OPENBLAS_CORETYPE={set} in the environment makes OpenBLAS use its {core} kernels"
+        ),
         Err(_) => format!("OpenBLAS does not recognise this CPU and chose its {core} kernels"),
     };
-    Some(format!("{why}; set OPENBLAS_CORETYPE={wanted} to use its {wanted} kernels (about 2x faster GEMM)"))
+    Some(format!(
+        "{why}; set OPENBLAS_CORETYPE={wanted} to use its {wanted} kernels (about 2x faster GEMM)"
+    ))
 }
 
 /// Vector width of an OpenBLAS x86 kernel set: 0 SSE, 1 AVX, 2 AVX2, 3 AVX-512.
@@ -151,7 +164,8 @@ fn best_core() -> Option<(&'static str, u8)> {
         if avx512 {
             return Some(("SkylakeX", 3));
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
             return Some(("Haswell", 2));
         }
     }
@@ -168,7 +182,9 @@ mod tests {
         let core = core_name();
         println!("OpenBLAS core: {core}; advice: {:?}", advice());
         assert!(!core.is_empty());
-        if std::env::var("OPENBLAS_CORETYPE").is_ok_and(|c| Some(c.as_str()) == best_core().map(|b| b.0)) {
+        if std::env::var("OPENBLAS_CORETYPE")
+            .is_ok_and(|c| Some(c.as_str()) == best_core().map(|b| b.0))
+        {
             assert_eq!(advice(), None, "OPENBLAS_CORETYPE is set, yet OpenBLAS chose {core}");
         }
     }

@@ -52,4 +52,3 @@ pub use splits::{
 };
 pub use task::{AttackLevel, Task};
 pub use train_subset::{parse_train_subset_json, read_train_subset_json};
-

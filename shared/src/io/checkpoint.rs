@@ -15,8 +15,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
 
-use crate::model::config::BertConfig;
 use crate::model::bert::hf_init_linear;
+use crate::model::config::BertConfig;
 use crate::model::BertClassifier;
 use crate::Error;
 
@@ -64,12 +64,16 @@ pub fn read_safetensors(path: &Path) -> Result<BTreeMap<String, HostTensor>, Err
     for (name, view) in st.tensors() {
         let raw = view.data();
         let data: Vec<f32> = match view.dtype() {
-            Dtype::F32 => raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            Dtype::F32 => {
+                raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+            }
             Dtype::F64 => raw
                 .chunks_exact(8)
                 .map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f32)
                 .collect(),
-            Dtype::F16 => raw.chunks_exact(2).map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]]))).collect(),
+            Dtype::F16 => {
+                raw.chunks_exact(2).map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]]))).collect()
+            }
             Dtype::BF16 => raw
                 .chunks_exact(2)
                 .map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
@@ -140,7 +144,10 @@ pub struct LoadReport {
 /// The weights file of an HF directory: `model.safetensors`, else `pytorch_model.bin`.
 pub fn weights_file(dir: &Path) -> Result<PathBuf, Error> {
     if !dir.is_dir() {
-        return Err(Error::Checkpoint { path: dir.into(), message: "model directory not found".into() });
+        return Err(Error::Checkpoint {
+            path: dir.into(),
+            message: "model directory not found".into(),
+        });
     }
     ["model.safetensors", "pytorch_model.bin"]
         .iter()
@@ -183,7 +190,10 @@ pub fn load_for_task<B: Backend>(
 
 fn read_dir(dir: &Path) -> Result<(BertConfig, BTreeMap<String, HostTensor>, PathBuf), Error> {
     if !dir.is_dir() {
-        return Err(Error::Checkpoint { path: dir.into(), message: "model directory not found".into() });
+        return Err(Error::Checkpoint {
+            path: dir.into(),
+            message: "model directory not found".into(),
+        });
     }
     let config = BertConfig::from_file(&dir.join("config.json"))?;
     let file = weights_file(dir)?;
@@ -221,7 +231,9 @@ pub fn load_from_tensors<B: Backend>(
         let fresh = match slot {
             Slot::Embedding(e) => source.load_embedding(&name, e, device)?,
             Slot::LayerNorm(ln) => source.load_layer_norm(&name, ln, device)?,
-            Slot::Linear(lin, optional) => source.load_linear(&name, lin, optional, config.initializer_range, device)?,
+            Slot::Linear(lin, optional) => {
+                source.load_linear(&name, lin, optional, config.initializer_range, device)?
+            }
         };
         if fresh {
             report.initialized_fresh.push(name);
@@ -252,14 +264,23 @@ pub fn save_classifier<B: Backend>(
 
     let mut config = model.config.clone();
     let num_labels = model.num_labels();
-    config.architectures =
-        vec![if num_labels > 0 { "BertForSequenceClassification" } else { "BertModel" }.to_string()];
+    config.architectures = vec![if num_labels > 0 {
+        "BertForSequenceClassification"
+    } else {
+        "BertModel"
+    }
+    .to_string()];
     if num_labels > 0 {
         let names = config.label_names(num_labels);
-        config.id2label = Some(names.iter().enumerate().map(|(i, n)| (i.to_string(), n.clone())).collect());
+        config.id2label =
+            Some(names.iter().enumerate().map(|(i, n)| (i.to_string(), n.clone())).collect());
         config.extra.insert(
             "label2id".into(),
-            names.iter().enumerate().map(|(i, n)| (n.clone(), serde_json::Value::from(i))).collect(),
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.clone(), serde_json::Value::from(i)))
+                .collect(),
         );
     }
     let config_path = tmp.join("config.json");
@@ -306,7 +327,9 @@ impl<B: Backend> HfParameter<B> {
     pub fn to_host(&self, value: &ParamTensor<B>) -> Result<HostTensor, Error> {
         match value {
             ParamTensor::Vector(t) => HostTensor::from_tensor(t),
-            ParamTensor::Matrix(t) if self.transposed => Ok(HostTensor::from_tensor(t)?.transposed()),
+            ParamTensor::Matrix(t) if self.transposed => {
+                Ok(HostTensor::from_tensor(t)?.transposed())
+            }
             ParamTensor::Matrix(t) => HostTensor::from_tensor(t),
         }
     }
@@ -316,10 +339,13 @@ impl<B: Backend> HfParameter<B> {
 pub fn hf_parameters<B: Backend>(model: &BertClassifier<B>) -> Vec<HfParameter<B>> {
     let mut model = model.clone();
     let mut out = Vec::new();
-    let mut push = |name: String, tensor, transposed| out.push(HfParameter { name, tensor, transposed });
+    let mut push =
+        |name: String, tensor, transposed| out.push(HfParameter { name, tensor, transposed });
     for (name, slot) in slots(&mut model) {
         match slot {
-            Slot::Embedding(e) => push(format!("{name}.weight"), ParamTensor::Matrix(e.weight.val()), false),
+            Slot::Embedding(e) => {
+                push(format!("{name}.weight"), ParamTensor::Matrix(e.weight.val()), false)
+            }
             Slot::LayerNorm(ln) => {
                 push(format!("{name}.weight"), ParamTensor::Vector(ln.gamma.val()), false);
                 if let Some(beta) = &ln.beta {
@@ -341,7 +367,9 @@ pub fn hf_parameters<B: Backend>(model: &BertClassifier<B>) -> Vec<HfParameter<B
 pub fn write_safetensors(path: &Path, named: &[(String, HostTensor)]) -> Result<(), Error> {
     let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = named
         .iter()
-        .map(|(n, t)| (n.clone(), t.data.iter().flat_map(|x| x.to_le_bytes()).collect(), t.shape.clone()))
+        .map(|(n, t)| {
+            (n.clone(), t.data.iter().flat_map(|x| x.to_le_bytes()).collect(), t.shape.clone())
+        })
         .collect();
     let views = bytes
         .iter()
@@ -351,7 +379,8 @@ pub fn write_safetensors(path: &Path, named: &[(String, HostTensor)]) -> Result<
                 .map_err(|e| Error::Checkpoint { path: path.into(), message: format!("{n}: {e}") })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let metadata = Some(std::collections::HashMap::from([("format".to_string(), "pt".to_string())]));
+    let metadata =
+        Some(std::collections::HashMap::from([("format".to_string(), "pt".to_string())]));
     let data = safetensors::serialize(views, metadata)
         .map_err(|e| Error::Checkpoint { path: path.into(), message: e.to_string() })?;
     write_atomic(path, &data)
@@ -401,7 +430,10 @@ fn slots<B: Backend>(model: &mut BertClassifier<B>) -> Vec<(String, Slot<'_, B>)
     let mut out: Vec<(String, Slot<'_, B>)> = vec![
         ("bert.embeddings.word_embeddings".into(), Slot::Embedding(&mut e.word_embeddings)),
         ("bert.embeddings.position_embeddings".into(), Slot::Embedding(&mut e.position_embeddings)),
-        ("bert.embeddings.token_type_embeddings".into(), Slot::Embedding(&mut e.token_type_embeddings)),
+        (
+            "bert.embeddings.token_type_embeddings".into(),
+            Slot::Embedding(&mut e.token_type_embeddings),
+        ),
         ("bert.embeddings.LayerNorm".into(), Slot::LayerNorm(&mut e.layer_norm)),
     ];
     for (i, layer) in bert.encoder.layer.iter_mut().enumerate() {
@@ -413,7 +445,10 @@ fn slots<B: Backend>(model: &mut BertClassifier<B>) -> Vec<(String, Slot<'_, B>)
         let ao = &mut layer.attention.output;
         out.push((format!("{p}.attention.output.dense"), Slot::Linear(&mut ao.dense, false)));
         out.push((format!("{p}.attention.output.LayerNorm"), Slot::LayerNorm(&mut ao.layer_norm)));
-        out.push((format!("{p}.intermediate.dense"), Slot::Linear(&mut layer.intermediate.dense, false)));
+        out.push((
+            format!("{p}.intermediate.dense"),
+            Slot::Linear(&mut layer.intermediate.dense, false),
+        ));
         out.push((format!("{p}.output.dense"), Slot::Linear(&mut layer.output.dense, false)));
         out.push((format!("{p}.output.LayerNorm"), Slot::LayerNorm(&mut layer.output.layer_norm)));
     }
@@ -436,7 +471,9 @@ impl Source {
     /// the pre-2019 LayerNorm names.
     fn find(&self, name: &str) -> Option<(String, &HostTensor)> {
         let bare = name.strip_prefix("bert.").unwrap_or(name);
-        let old = bare.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta");
+        let old = bare
+            .replace("LayerNorm.weight", "LayerNorm.gamma")
+            .replace("LayerNorm.bias", "LayerNorm.beta");
         [name.to_string(), bare.to_string(), format!("bert.{old}"), old]
             .into_iter()
             .find_map(|k| self.tensors.get(&k).map(|t| (k, t)))
@@ -457,17 +494,30 @@ impl Source {
             .ok_or_else(|| Error::MissingTensor { key: name.to_string(), path: self.file.clone() })
     }
 
-    fn load_embedding<B: Backend>(&mut self, name: &str, e: &mut Embedding<B>, device: &B::Device) -> Result<bool, Error> {
+    fn load_embedding<B: Backend>(
+        &mut self,
+        name: &str,
+        e: &mut Embedding<B>,
+        device: &B::Device,
+    ) -> Result<bool, Error> {
         let t = self.require(&format!("{name}.weight"), &e.weight.dims())?;
         e.weight = Param::from_tensor(t.to_tensor(device));
         Ok(false)
     }
 
-    fn load_layer_norm<B: Backend>(&mut self, name: &str, ln: &mut LayerNorm<B>, device: &B::Device) -> Result<bool, Error> {
+    fn load_layer_norm<B: Backend>(
+        &mut self,
+        name: &str,
+        ln: &mut LayerNorm<B>,
+        device: &B::Device,
+    ) -> Result<bool, Error> {
         let dims = ln.gamma.dims();
-        ln.gamma = Param::from_tensor(self.require(&format!("{name}.weight"), &dims)?.to_tensor(device));
+        ln.gamma =
+            Param::from_tensor(self.require(&format!("{name}.weight"), &dims)?.to_tensor(device));
         if ln.beta.is_some() {
-            ln.beta = Some(Param::from_tensor(self.require(&format!("{name}.bias"), &dims)?.to_tensor(device)));
+            ln.beta = Some(Param::from_tensor(
+                self.require(&format!("{name}.bias"), &dims)?.to_tensor(device),
+            ));
         }
         Ok(false)
     }

@@ -44,13 +44,24 @@ impl Int8Matrix {
     /// Quantizes a 2-D tensor; `name` is only used in errors.
     pub fn quantize(name: &str, t: &HostTensor) -> Result<Self, Error> {
         let [rows, cols] = t.shape[..] else {
-            return Err(Error::Input(format!("`{name}`: int8 quantization needs a 2-D tensor, got shape {:?}", t.shape)));
+            return Err(Error::Input(format!(
+                "`{name}`: int8 quantization needs a 2-D tensor, got shape {:?}",
+                t.shape
+            )));
         };
         if t.data.len() != rows * cols {
-            return Err(Error::Input(format!("`{name}`: {} values for shape {:?}", t.data.len(), t.shape)));
+            return Err(Error::Input(format!(
+                "`{name}`: {} values for shape {:?}",
+                t.data.len(),
+                t.shape
+            )));
         }
         if let Some(i) = t.data.iter().position(|x| !x.is_finite()) {
-            return Err(Error::Input(format!("`{name}`: non-finite weight {} at row {}", t.data[i], i / cols.max(1))));
+            return Err(Error::Input(format!(
+                "`{name}`: non-finite weight {} at row {}",
+                t.data[i],
+                i / cols.max(1)
+            )));
         }
         let mut values = Vec::with_capacity(rows * cols);
         let mut scales = Vec::with_capacity(rows);
@@ -93,13 +104,17 @@ pub struct QuantizeStats {
 
 /// Quantizes every 2-D tensor of `tensors` (HF names and layout) and serialises the result as
 /// one safetensors file: the bytes of `model.int8.safetensors`.
-pub fn quantize_to_safetensors(tensors: &BTreeMap<String, HostTensor>) -> Result<(Vec<u8>, QuantizeStats), Error> {
+pub fn quantize_to_safetensors(
+    tensors: &BTreeMap<String, HostTensor>,
+) -> Result<(Vec<u8>, QuantizeStats), Error> {
     let mut stats = QuantizeStats::default();
     // (name, dtype, shape, little-endian bytes)
     let mut buffers: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, t) in tensors {
         if name.ends_with(SCALE_SUFFIX) {
-            return Err(Error::Input(format!("`{name}`: the suffix {SCALE_SUFFIX} is reserved for int8 scales")));
+            return Err(Error::Input(format!(
+                "`{name}`: the suffix {SCALE_SUFFIX} is reserved for int8 scales"
+            )));
         }
         stats.f32_bytes += 4 * t.data.len();
         if t.shape.len() == 2 {
@@ -113,7 +128,12 @@ pub fn quantize_to_safetensors(tensors: &BTreeMap<String, HostTensor>) -> Result
             stats.int8_tensors += 1;
             let bytes = q.values.iter().map(|&v| v as u8).collect();
             buffers.push((name.clone(), Dtype::I8, t.shape.clone(), bytes));
-            buffers.push((format!("{name}{SCALE_SUFFIX}"), Dtype::F32, vec![q.rows], f32_bytes(&q.scales)));
+            buffers.push((
+                format!("{name}{SCALE_SUFFIX}"),
+                Dtype::F32,
+                vec![q.rows],
+                f32_bytes(&q.scales),
+            ));
         } else {
             buffers.push((name.clone(), Dtype::F32, t.shape.clone(), f32_bytes(&t.data)));
         }
@@ -126,8 +146,12 @@ pub fn quantize_to_safetensors(tensors: &BTreeMap<String, HostTensor>) -> Result
                 .map_err(|e| Error::Input(format!("`{name}`: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let metadata = HashMap::from([("format".to_string(), "pt".to_string()), ("quantization".to_string(), SCHEME.to_string())]);
-    let bytes = safetensors::serialize(views, Some(metadata)).map_err(|e| Error::Input(e.to_string()))?;
+    let metadata = HashMap::from([
+        ("format".to_string(), "pt".to_string()),
+        ("quantization".to_string(), SCHEME.to_string()),
+    ]);
+    let bytes =
+        safetensors::serialize(views, Some(metadata)).map_err(|e| Error::Input(e.to_string()))?;
     stats.bytes = bytes.len();
     Ok((bytes, stats))
 }
@@ -139,7 +163,10 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
 /// Reads a `model.int8.safetensors` (or a plain F32/F16/BF16 safetensors file) back into f32
 /// tensors in HF layout, ready for [`crate::io::checkpoint::load_from_tensors`]. `origin` names the
 /// file in errors. Integer tensors other than int8 matrices (`position_ids`) are skipped.
-pub fn dequantize_safetensors(bytes: &[u8], origin: &str) -> Result<BTreeMap<String, HostTensor>, Error> {
+pub fn dequantize_safetensors(
+    bytes: &[u8],
+    origin: &str,
+) -> Result<BTreeMap<String, HostTensor>, Error> {
     let bad = |message: String| Error::Checkpoint { path: origin.into(), message };
     let st = SafeTensors::deserialize(bytes).map_err(|e| bad(e.to_string()))?;
     let views: BTreeMap<String, TensorView<'_>> = st.tensors().into_iter().collect();
@@ -154,10 +181,15 @@ pub fn dequantize_safetensors(bytes: &[u8], origin: &str) -> Result<BTreeMap<Str
         let tensor = match view.dtype() {
             Dtype::I8 => {
                 let [rows, cols] = view.shape()[..] else {
-                    return Err(bad(format!("`{name}`: int8 tensor of shape {:?}, expected 2-D", view.shape())));
+                    return Err(bad(format!(
+                        "`{name}`: int8 tensor of shape {:?}, expected 2-D",
+                        view.shape()
+                    )));
                 };
                 let scale_key = format!("{name}{SCALE_SUFFIX}");
-                let scale = views.get(&scale_key).ok_or_else(|| bad(format!("`{name}`: int8 tensor without `{scale_key}`")))?;
+                let scale = views
+                    .get(&scale_key)
+                    .ok_or_else(|| bad(format!("`{name}`: int8 tensor without `{scale_key}`")))?;
                 if scale.dtype() != Dtype::F32 || scale.shape() != [rows] {
                     return Err(bad(format!(
                         "`{scale_key}`: {:?} {:?}, expected F32 [{rows}] (one scale per row of `{name}`)",
@@ -165,7 +197,8 @@ pub fn dequantize_safetensors(bytes: &[u8], origin: &str) -> Result<BTreeMap<Str
                         scale.shape()
                     )));
                 }
-                let scales = decode_floats(scale).ok_or_else(|| bad(format!("`{scale_key}`: unreadable")))?;
+                let scales = decode_floats(scale)
+                    .ok_or_else(|| bad(format!("`{scale_key}`: unreadable")))?;
                 if let Some(s) = scales.iter().find(|s| !s.is_finite() || **s < 0.0) {
                     return Err(bad(format!("`{scale_key}`: invalid scale {s}")));
                 }
@@ -188,19 +221,36 @@ pub fn dequantize_safetensors(bytes: &[u8], origin: &str) -> Result<BTreeMap<Str
 fn decode_floats(view: &TensorView<'_>) -> Option<Vec<f32>> {
     let raw = view.data();
     Some(match view.dtype() {
-        Dtype::F32 => raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+        Dtype::F32 => {
+            raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+        }
         Dtype::F64 => raw
             .chunks_exact(8)
             .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32)
             .collect(),
-        Dtype::F16 => raw.chunks_exact(2).map(|b| half_to_f32(u16::from_le_bytes([b[0], b[1]]))).collect(),
-        Dtype::BF16 => raw.chunks_exact(2).map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16)).collect(),
+        Dtype::F16 => {
+            raw.chunks_exact(2).map(|b| half_to_f32(u16::from_le_bytes([b[0], b[1]]))).collect()
+        }
+        Dtype::BF16 => raw
+            .chunks_exact(2)
+            .map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
+            .collect(),
         _ => return None,
     })
 }
 
 fn is_integer(dtype: Dtype) -> bool {
-    matches!(dtype, Dtype::BOOL | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::I32 | Dtype::U32 | Dtype::I64 | Dtype::U64)
+    matches!(
+        dtype,
+        Dtype::BOOL
+            | Dtype::U8
+            | Dtype::I16
+            | Dtype::U16
+            | Dtype::I32
+            | Dtype::U32
+            | Dtype::I64
+            | Dtype::U64
+    )
 }
 
 /// IEEE half precision to f32, by value: `(-1)^s * 2^(e-15) * 1.f`, or `2^-14 * 0.f` when e = 0.
@@ -222,7 +272,10 @@ mod tests {
 
     fn tensors() -> BTreeMap<String, HostTensor> {
         // A matrix with one large weight in row 0, an all-zero row 1 and an ordinary row 2.
-        let matrix = HostTensor { shape: vec![3, 4], data: vec![0.01, -0.02, 3.0, 0.5, 0.0, 0.0, 0.0, 0.0, -0.3, 0.1, 0.07, -0.011] };
+        let matrix = HostTensor {
+            shape: vec![3, 4],
+            data: vec![0.01, -0.02, 3.0, 0.5, 0.0, 0.0, 0.0, 0.0, -0.3, 0.1, 0.07, -0.011],
+        };
         let bias = HostTensor { shape: vec![3], data: vec![0.1, -0.2, 0.3] };
         BTreeMap::from([("dense.weight".to_string(), matrix), ("dense.bias".to_string(), bias)])
     }
@@ -246,7 +299,10 @@ mod tests {
             for (a, b) in row.iter().zip(back_row) {
                 let err = (a - b).abs();
                 // f32 rounding of w / scale and q * scale adds at most a few ulps of max |w|.
-                assert!(err <= half_step + 1e-6 * max_abs, "row {r}: error {err} > scale/2 = {half_step}");
+                assert!(
+                    err <= half_step + 1e-6 * max_abs,
+                    "row {r}: error {err} > scale/2 = {half_step}"
+                );
                 worst = worst.max(err / half_step);
             }
             assert!((q.scales[r] - max_abs / 127.0).abs() <= 1e-9);
@@ -283,14 +339,19 @@ mod tests {
         assert_eq!(back.keys().collect::<Vec<_>>(), ["dense.bias", "dense.weight"]);
         assert_eq!(back["dense.bias"], tensors()["dense.bias"]);
         let original = &tensors()["dense.weight"];
-        let err = original.data.iter().zip(&back["dense.weight"].data).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        let err = original
+            .data
+            .iter()
+            .zip(&back["dense.weight"].data)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
         assert_eq!(err, stats.max_abs_error);
         assert!(err <= 3.0 / 127.0 / 2.0 + 1e-7, "{err}");
     }
 
     #[test]
     fn plain_float_files_are_read_too() {
-        let halves: Vec<u8> = [0x3c00u16, 0xc000, 0x0001, 0x7bff].iter().flat_map(|h| h.to_le_bytes()).collect();
+        let halves: Vec<u8> =
+            [0x3c00u16, 0xc000, 0x0001, 0x7bff].iter().flat_map(|h| h.to_le_bytes()).collect();
         let floats = f32_bytes(&[1.5, -2.0]);
         let ids: Vec<u8> = [0i64, 1].iter().flat_map(|x| x.to_le_bytes()).collect();
         let views = vec![
@@ -311,8 +372,13 @@ mod tests {
         let values = [1u8, 2, 3, 4];
         let views = vec![("encoder.w", TensorView::new(Dtype::I8, vec![2, 2], &values).unwrap())];
         let bytes = safetensors::serialize(views, None).unwrap();
-        let err = dequantize_safetensors(&bytes, "bundle/model.int8.safetensors").unwrap_err().to_string();
-        assert!(err.contains("encoder.w") && err.contains("bundle/model.int8.safetensors"), "{err}");
+        let err = dequantize_safetensors(&bytes, "bundle/model.int8.safetensors")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("encoder.w") && err.contains("bundle/model.int8.safetensors"),
+            "{err}"
+        );
 
         // A scale of the wrong length.
         let scale = f32_bytes(&[1.0, 2.0, 3.0]);

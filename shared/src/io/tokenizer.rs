@@ -47,7 +47,9 @@ impl EncodedBatch {
     /// Uploads the batch to `device`.
     pub fn to_input<B: Backend>(&self, device: &B::Device) -> BertInput<B> {
         let shape = [self.batch, self.seq];
-        let t = |v: &Vec<i64>| Tensor::<B, 2, Int>::from_data(TensorData::new(v.clone(), shape), device);
+        let t = |v: &Vec<i64>| {
+            Tensor::<B, 2, Int>::from_data(TensorData::new(v.clone(), shape), device)
+        };
         BertInput {
             input_ids: t(&self.input_ids),
             token_type_ids: t(&self.token_type_ids),
@@ -90,7 +92,9 @@ impl BertTokenizer {
 
     /// BERT's WordPiece pipeline built from a `vocab.txt`, as HF's `BertTokenizerFast` builds it.
     pub fn from_vocab_file(vocab: &Path, lowercase: bool) -> Result<Self, Error> {
-        let path = vocab.to_str().ok_or_else(|| Error::Tokenizer(format!("{}: path is not UTF-8", vocab.display())))?;
+        let path = vocab
+            .to_str()
+            .ok_or_else(|| Error::Tokenizer(format!("{}: path is not UTF-8", vocab.display())))?;
         let model = WordPiece::from_file(path)
             .unk_token("[UNK]".into())
             .build()
@@ -104,7 +108,10 @@ impl BertTokenizer {
         inner
             .with_normalizer(Some(BertNormalizer::new(true, true, None, lowercase)))
             .with_pre_tokenizer(Some(BertPreTokenizer))
-            .with_post_processor(Some(BertProcessing::new(("[SEP]".into(), sep), ("[CLS]".into(), cls))))
+            .with_post_processor(Some(BertProcessing::new(
+                ("[SEP]".into(), sep),
+                ("[CLS]".into(), cls),
+            )))
             .with_decoder(Some(WordPieceDecoder::default()));
         Self::new(inner)
     }
@@ -144,7 +151,11 @@ impl BertTokenizer {
 
     /// Encodes sentences (`text_b = None`) or pairs, truncated longest-first to `max_len` tokens
     /// (special tokens included) and padded to the longest item.
-    pub fn encode(&self, items: &[(&str, Option<&str>)], max_len: usize) -> Result<EncodedBatch, Error> {
+    pub fn encode(
+        &self,
+        items: &[(&str, Option<&str>)],
+        max_len: usize,
+    ) -> Result<EncodedBatch, Error> {
         if items.is_empty() {
             return Err(Error::Input("nothing to encode: the batch is empty".into()));
         }
@@ -174,7 +185,8 @@ impl BertTokenizer {
                 None => EncodeInput::from(a.to_string()),
             })
             .collect();
-        let encodings = tok.encode_batch(inputs, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let encodings =
+            tok.encode_batch(inputs, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
         let seq = encodings.first().map_or(0, |e| e.len());
         let mut out = EncodedBatch {
             batch: encodings.len(),
@@ -226,7 +238,8 @@ mod tests {
     fn vocab_only_dir_encodes_pairs_with_padding() {
         let dir = tiny_vocab();
         let tok = BertTokenizer::from_dir(&dir).unwrap();
-        let batch = tok.encode(&[("The cats sat.", None), ("the cat", Some("on the mat"))], 16).unwrap();
+        let batch =
+            tok.encode(&[("The cats sat.", None), ("the cat", Some("on the mat"))], 16).unwrap();
         assert_eq!(batch.tokens[0], ["[CLS]", "the", "cat", "##s", "sat", ".", "[SEP]", "[PAD]"]);
         assert_eq!(batch.tokens[1], ["[CLS]", "the", "cat", "[SEP]", "on", "the", "mat", "[SEP]"]);
         assert_eq!(&batch.token_type_ids[8..], &[0, 0, 0, 0, 1, 1, 1, 1]);

@@ -10,9 +10,9 @@ use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
 
+use crate::cpu::kernels::add_residual;
 use crate::model::config::BertConfig;
 use crate::model::implicit_euler::{Connection, ConnectionSpec, SolveOptions};
-use crate::cpu::kernels::add_residual;
 use crate::model::layer::{layer_norm_forward, BertLayer, LayerContext, MASKED_SCORE};
 use crate::Error;
 
@@ -78,7 +78,12 @@ pub struct BertEmbeddings<B: Backend> {
 
 impl<B: Backend> BertEmbeddings<B> {
     /// `delta`, when given, is added to the word embeddings (adversarial training perturbs there).
-    fn forward(&self, input: &BertInput<B>, delta: Option<Tensor<B, 3>>, dropout: f64) -> Tensor<B, 3> {
+    fn forward(
+        &self,
+        input: &BertInput<B>,
+        delta: Option<Tensor<B, 3>>,
+        dropout: f64,
+    ) -> Tensor<B, 3> {
         let [batch, seq] = input.input_ids.dims();
         let device = input.input_ids.device();
         let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
@@ -135,7 +140,13 @@ impl<B: Backend> BertClassifier<B> {
         let h = config.hidden_size;
         let std = config.initializer_range;
         // Eager, not burn's lazy initialisers: a clone of a fresh model must be the same model.
-        let emb = |n| Embedding { weight: Param::from_tensor(Tensor::random([n, h], Distribution::Normal(0.0, std), device)) };
+        let emb = |n| Embedding {
+            weight: Param::from_tensor(Tensor::random(
+                [n, h],
+                Distribution::Normal(0.0, std),
+                device,
+            )),
+        };
         let ln = || LayerNormConfig::new(h).with_epsilon(config.layer_norm_eps).init(device);
         let mut model = Self {
             bert: BertModel {
@@ -147,7 +158,9 @@ impl<B: Backend> BertClassifier<B> {
                     eps: config.layer_norm_eps,
                 },
                 encoder: BertEncoder {
-                    layer: (0..config.num_hidden_layers).map(|_| BertLayer::new(config, device)).collect(),
+                    layer: (0..config.num_hidden_layers)
+                        .map(|_| BertLayer::new(config, device))
+                        .collect(),
                     connections: vec![Connection::Monotone; config.num_hidden_layers],
                 },
                 pooler: BertPooler { dense: LinearConfig::new(h, h).init(device) },
@@ -191,11 +204,13 @@ impl<B: Backend> BertClassifier<B> {
         let device = input.input_ids.device();
         let training = B::ad_enabled(&device);
         let hidden_dropout = if training { self.config.hidden_dropout_prob } else { 0.0 };
-        let attention_dropout = if training { self.config.attention_probs_dropout_prob } else { 0.0 };
+        let attention_dropout =
+            if training { self.config.attention_probs_dropout_prob } else { 0.0 };
         let [batch, seq] = input.attention_mask.dims();
 
         let mask = input.attention_mask.clone().float(); // [b, s]
-        let attention_bias = (mask.clone().neg().add_scalar(1.0) * MASKED_SCORE).reshape([batch, 1, 1, seq]);
+        let attention_bias =
+            (mask.clone().neg().add_scalar(1.0) * MASKED_SCORE).reshape([batch, 1, 1, seq]);
         let token_mask = mask.reshape([batch, seq, 1]);
         let ctx = LayerContext { attention_bias, hidden_dropout, attention_dropout };
 
@@ -212,11 +227,18 @@ impl<B: Backend> BertClassifier<B> {
                 Connection::Monotone => phi.forward(h, &ctx),
                 Connection::Explicit => add_residual(phi.forward(h.clone(), &ctx), None, h),
                 Connection::Implicit(im) => {
-                    let solve = SolveOptions { record: options.im_residuals, decide_on_device: options.decide_on_device };
+                    let solve = SolveOptions {
+                        record: options.im_residuals,
+                        decide_on_device: options.decide_on_device,
+                    };
                     let step = im.step(phi, h, &ctx, &token_mask, solve);
                     if options.im_residuals {
                         im_residuals.push((t, step.residuals));
-                        im_solves.push(SolveTrace { layer: t, iterations: step.iterations, step_sizes: step.step_sizes });
+                        im_solves.push(SolveTrace {
+                            layer: t,
+                            iterations: step.iterations,
+                            step_sizes: step.step_sizes,
+                        });
                     }
                     step.hidden_states
                 }
@@ -242,8 +264,14 @@ impl<B: Backend> BertClassifier<B> {
     fn map_linears(mut self, f: impl Fn(Linear<B>) -> Linear<B>) -> Self {
         for layer in self.bert.encoder.layer.iter_mut() {
             let sa = &mut layer.attention.self_attention;
-            for lin in [&mut sa.query, &mut sa.key, &mut sa.value, &mut layer.attention.output.dense,
-                        &mut layer.intermediate.dense, &mut layer.output.dense] {
+            for lin in [
+                &mut sa.query,
+                &mut sa.key,
+                &mut sa.value,
+                &mut layer.attention.output.dense,
+                &mut layer.intermediate.dense,
+                &mut layer.output.dense,
+            ] {
                 *lin = f(lin.clone());
             }
         }
@@ -257,7 +285,11 @@ impl<B: Backend> BertClassifier<B> {
 pub(crate) fn hf_init_linear<B: Backend>(lin: Linear<B>, std: f64) -> Linear<B> {
     let device = lin.weight.device();
     Linear {
-        weight: Param::from_tensor(Tensor::random(lin.weight.shape(), Distribution::Normal(0.0, std), &device)),
+        weight: Param::from_tensor(Tensor::random(
+            lin.weight.shape(),
+            Distribution::Normal(0.0, std),
+            &device,
+        )),
         bias: lin.bias.map(|b| Param::from_tensor(Tensor::zeros(b.shape(), &device))),
     }
 }

@@ -68,7 +68,12 @@ pub fn head_flops(config: &BertConfig) -> f64 {
 /// Matmul FLOPs of a forward pass for one example of `seq_len` tokens: every layer under its
 /// connection (one entry of `connections` per layer), plus the pooler and classifier when
 /// `with_head`.
-pub fn forward_flops(config: &BertConfig, connections: &[Connection], seq_len: usize, with_head: bool) -> f64 {
+pub fn forward_flops(
+    config: &BertConfig,
+    connections: &[Connection],
+    seq_len: usize,
+    with_head: bool,
+) -> f64 {
     let encoder: f64 = connections.iter().map(|c| connection_flops(config, c, seq_len)).sum();
     encoder + if with_head { head_flops(config) } else { 0.0 }
 }
@@ -85,7 +90,12 @@ pub fn forward_flops(config: &BertConfig, connections: &[Connection], seq_len: u
 /// differentiated: `3 x` the forwards plus `1 x` the VJPs. With `InnerGradient::Frozen` only
 /// `z_0 = h + phi(h)` is differentiated: the iterations' forwards and VJPs cost `1 x`.
 /// (Backtracking's extra trial forwards depend on the data and are not counted.)
-pub fn training_flops(config: &BertConfig, connections: &[Connection], seq_len: usize, with_head: bool) -> f64 {
+pub fn training_flops(
+    config: &BertConfig,
+    connections: &[Connection],
+    seq_len: usize,
+    with_head: bool,
+) -> f64 {
     let forward = forward_flops(config, connections, seq_len, with_head);
     let outside_graph: f64 = connections
         .iter()
@@ -95,7 +105,10 @@ pub fn training_flops(config: &BertConfig, connections: &[Connection], seq_len: 
                 match im.gradient {
                     InnerGradient::Exact => 0.0,
                     InnerGradient::Detached => t * layer_vjp_flops(config, seq_len),
-                    InnerGradient::Frozen => t * (layer_vjp_flops(config, seq_len) + layer_forward_flops(config, seq_len)),
+                    InnerGradient::Frozen => {
+                        t * (layer_vjp_flops(config, seq_len)
+                            + layer_forward_flops(config, seq_len))
+                    }
                 }
             }
             _ => 0.0,
@@ -156,7 +169,9 @@ mod tests {
         let s = 10;
         let (h, sf) = (config.hidden_size as f64, s as f64);
         let one_iteration = 2.0 * layer_forward_flops(&config, s) + 4.0 * h * sf * sf;
-        let flops = |t: usize| forward_flops(&config, &per_layer(&format!("im:T={t},layers=1-1"), &config), s, false);
+        let flops = |t: usize| {
+            forward_flops(&config, &per_layer(&format!("im:T={t},layers=1-1"), &config), s, false)
+        };
         for t in 0..6 {
             let expected = flops(0) + t as f64 * one_iteration;
             assert!(relative_diff(flops(t), expected) < 1e-12, "T={t}: {} vs {expected}", flops(t));
@@ -187,7 +202,10 @@ mod tests {
         let config = BertConfig::tiny();
         let s = 12;
         let bert = per_layer("bert", &config);
-        assert_eq!(training_flops(&config, &bert, s, true), 3.0 * forward_flops(&config, &bert, s, true));
+        assert_eq!(
+            training_flops(&config, &bert, s, true),
+            3.0 * forward_flops(&config, &bert, s, true)
+        );
 
         let exact = per_layer("im:T=4", &config);
         let detached = per_layer("im:T=4,grad=detached", &config);
@@ -198,7 +216,9 @@ mod tests {
         let expected = 3.0 * (fwd - vjps) + vjps;
         assert!(relative_diff(training_flops(&config, &detached, s, true), expected) < 1e-12);
         // The second-order term is what makes the exact gradient dearer than the detached one.
-        assert!(training_flops(&config, &exact, s, true) > training_flops(&config, &detached, s, true));
+        assert!(
+            training_flops(&config, &exact, s, true) > training_flops(&config, &detached, s, true)
+        );
     }
 
     #[test]

@@ -71,7 +71,13 @@ pub struct ImplicitEuler {
 impl Default for ImplicitEuler {
     /// The paper's defaults: T = 5, gamma = 0.1, exact gradient, fixed steps, no tolerance.
     fn default() -> Self {
-        Self { iterations: 5, gamma: 0.1, gradient: InnerGradient::Exact, step_rule: StepRule::Fixed, tolerance: None }
+        Self {
+            iterations: 5,
+            gamma: 0.1,
+            gradient: InnerGradient::Exact,
+            step_rule: StepRule::Fixed,
+            tolerance: None,
+        }
     }
 }
 
@@ -128,12 +134,19 @@ impl InnerGradient {
     }
 
     /// `J^T r` at `cache`'s point, cut from the graph as far as this choice asks.
-    fn jtr<B: Backend>(&self, phi: &BertLayer<B>, cache: &LayerCache<B>, r: &Tensor<B, 3>) -> Tensor<B, 3> {
+    fn jtr<B: Backend>(
+        &self,
+        phi: &BertLayer<B>,
+        cache: &LayerCache<B>,
+        r: &Tensor<B, 3>,
+    ) -> Tensor<B, 3> {
         match self {
             InnerGradient::Exact => phi.vjp(cache, r.clone()),
             // The layer's weights are live inside the VJP too: detach its result, not just its
             // inputs, so that no second-order term reaches them either.
-            InnerGradient::Detached | InnerGradient::Frozen => phi.vjp(&cache.clone().detach(), r.clone().detach()).detach(),
+            InnerGradient::Detached | InnerGradient::Frozen => {
+                phi.vjp(&cache.clone().detach(), r.clone().detach()).detach()
+            }
         }
     }
 
@@ -186,7 +199,8 @@ impl ImplicitEuler {
         }
         let record_residuals = options.record;
         // (z - h_{t-1} - phi_z) * mask, one pass on the CPU.
-        let residual = |z: &Tensor<B, 3>, phi_z: Tensor<B, 3>| masked_residual(z, &h_prev, phi_z, token_mask);
+        let residual =
+            |z: &Tensor<B, 3>, phi_z: Tensor<B, 3>| masked_residual(z, &h_prev, phi_z, token_mask);
         let mut residuals = Vec::new();
 
         // z_0 = h_{t-1} + phi_t(h_{t-1}): start from the explicit Euler step.
@@ -277,16 +291,21 @@ impl ConnectionSpec {
         let mut layers = None;
         let mut saw_im_key = false;
         for item in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (key, value) = item
-                .split_once('=')
-                .ok_or_else(|| err(format!("`{item}` is not key=value")))?;
+            let (key, value) =
+                item.split_once('=').ok_or_else(|| err(format!("`{item}` is not key=value")))?;
             match key.trim() {
                 "T" | "t" | "iterations" => {
-                    im.iterations = value.trim().parse().map_err(|_| err(format!("T = {value:?} is not a count")))?;
+                    im.iterations = value
+                        .trim()
+                        .parse()
+                        .map_err(|_| err(format!("T = {value:?} is not a count")))?;
                     saw_im_key = true;
                 }
                 "gamma" => {
-                    im.gamma = value.trim().parse().map_err(|_| err(format!("gamma = {value:?} is not a number")))?;
+                    im.gamma = value
+                        .trim()
+                        .parse()
+                        .map_err(|_| err(format!("gamma = {value:?} is not a number")))?;
                     if !im.gamma.is_finite() {
                         return Err(err("gamma must be finite".into()));
                     }
@@ -297,7 +316,11 @@ impl ConnectionSpec {
                         "exact" => InnerGradient::Exact,
                         "detached" => InnerGradient::Detached,
                         "frozen" => InnerGradient::Frozen,
-                        other => return Err(err(format!("grad = {other:?}; expected exact, detached or frozen"))),
+                        other => {
+                            return Err(err(format!(
+                                "grad = {other:?}; expected exact, detached or frozen"
+                            )))
+                        }
                     };
                     saw_im_key = true;
                 }
@@ -305,14 +328,23 @@ impl ConnectionSpec {
                     im.step_rule = match value.trim() {
                         "fixed" => StepRule::Fixed,
                         "backtrack" => StepRule::Backtrack,
-                        other => return Err(err(format!("step = {other:?}; expected fixed or backtrack"))),
+                        other => {
+                            return Err(err(format!(
+                                "step = {other:?}; expected fixed or backtrack"
+                            )))
+                        }
                     };
                     saw_im_key = true;
                 }
                 "tol" => {
-                    let tol: f64 = value.trim().parse().map_err(|_| err(format!("tol = {value:?} is not a number")))?;
+                    let tol: f64 = value
+                        .trim()
+                        .parse()
+                        .map_err(|_| err(format!("tol = {value:?} is not a number")))?;
                     if !(tol > 0.0 && tol < 1.0) {
-                        return Err(err(format!("tol = {tol} must lie in (0, 1): a fraction of the first ||r||^2")));
+                        return Err(err(format!(
+                            "tol = {tol} must lie in (0, 1): a fraction of the first ||r||^2"
+                        )));
                     }
                     im.tolerance = Some(tol);
                     saw_im_key = true;
@@ -339,11 +371,22 @@ impl ConnectionSpec {
         if last >= num_layers {
             return Err(Error::ConnectionSpec {
                 spec: format!("layers={first}-{last}"),
-                message: format!("the model has {num_layers} layers (0..={})", num_layers.saturating_sub(1)),
+                message: format!(
+                    "the model has {num_layers} layers (0..={})",
+                    num_layers.saturating_sub(1)
+                ),
             });
         }
         Ok((0..num_layers)
-            .map(|i| if (first..=last).contains(&i) { self.connection } else { Connection::Monotone })
+            .map(
+                |i| {
+                    if (first..=last).contains(&i) {
+                        self.connection
+                    } else {
+                        Connection::Monotone
+                    }
+                },
+            )
             .collect())
     }
 
@@ -367,7 +410,11 @@ impl ConnectionSpec {
             parts.push(format!("layers={a}-{b}"));
         }
         let mode = self.connection.short_name();
-        if parts.is_empty() { mode.to_string() } else { format!("{mode}:{}", parts.join(",")) }
+        if parts.is_empty() {
+            mode.to_string()
+        } else {
+            format!("{mode}:{}", parts.join(","))
+        }
     }
 }
 
@@ -387,7 +434,8 @@ impl std::str::FromStr for ConnectionSpec {
 
 fn parse_range(value: &str) -> Result<(usize, usize), String> {
     let (a, b) = value.split_once('-').unwrap_or((value, value));
-    let parse = |s: &str| s.trim().parse::<usize>().map_err(|_| format!("layers = {value:?} is not `a-b`"));
+    let parse =
+        |s: &str| s.trim().parse::<usize>().map_err(|_| format!("layers = {value:?} is not `a-b`"));
     let (a, b) = (parse(a)?, parse(b)?);
     if a > b {
         return Err(format!("layers = {value:?}: first layer after last"));
@@ -414,11 +462,27 @@ mod tests {
         assert_eq!(ConnectionSpec::parse("bert").unwrap(), ConnectionSpec::default());
         let im = ConnectionSpec::parse("im").unwrap();
         assert_eq!(im.connection, Connection::Implicit(ImplicitEuler::default()));
-        for bad in ["xx", "im:T=a", "im:layers=5-3", "ex:T=3", "im:foo=1", "im:T", "im:grad=x", "im:step=x", "im:tol=0", "im:tol=1", "ex:tol=0.1"] {
+        for bad in [
+            "xx",
+            "im:T=a",
+            "im:layers=5-3",
+            "ex:T=3",
+            "im:foo=1",
+            "im:T",
+            "im:grad=x",
+            "im:step=x",
+            "im:tol=0",
+            "im:tol=1",
+            "ex:tol=0.1",
+        ] {
             assert!(ConnectionSpec::parse(bad).is_err(), "{bad} should fail");
         }
         assert!(ConnectionSpec::parse("im:layers=2-6").unwrap().per_layer(6).is_err());
-        for spec in ["im:T=5,gamma=0.1,grad=frozen,step=backtrack", "im:T=3,gamma=0.05,grad=detached,tol=0.01,layers=2-3", crate::RECOMMENDED_IM] {
+        for spec in [
+            "im:T=5,gamma=0.1,grad=frozen,step=backtrack",
+            "im:T=3,gamma=0.05,grad=detached,tol=0.01,layers=2-3",
+            crate::RECOMMENDED_IM,
+        ] {
             let parsed = ConnectionSpec::parse(spec).unwrap();
             assert_eq!(parsed.to_spec_string(), spec);
             // Older cards (without `step` and `tol`) still read.
@@ -445,7 +509,10 @@ mod model_tests {
         let seq = rows.iter().map(Vec::len).max().unwrap();
         let pad = |f: &dyn Fn(&[i64], usize) -> i64| {
             let v: Vec<i64> = rows.iter().flat_map(|r| (0..seq).map(move |j| f(r, j))).collect();
-            Tensor::<B, 2, Int>::from_data(TensorData::new(v, [rows.len(), seq]), &Default::default())
+            Tensor::<B, 2, Int>::from_data(
+                TensorData::new(v, [rows.len(), seq]),
+                &Default::default(),
+            )
         };
         BertInput {
             input_ids: pad(&|r, j| r.get(j).copied().unwrap_or(0)),
@@ -466,7 +533,8 @@ mod model_tests {
         let alone = model.forward(&input(std::slice::from_ref(&short)), opts);
         let batched = model.forward(&input(&[long, short]), opts);
         let a: Vec<f64> = alone.logits.unwrap().into_data().into_vec().unwrap();
-        let b: Vec<f64> = batched.logits.unwrap().slice([1..2, 0..2]).into_data().into_vec().unwrap();
+        let b: Vec<f64> =
+            batched.logits.unwrap().slice([1..2, 0..2]).into_data().into_vec().unwrap();
         let diff = a.iter().zip(&b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
         assert!(diff < 1e-12, "padding changed the logits by {diff}");
         // The residuals of the short sentence agree too.
@@ -489,9 +557,10 @@ mod model_tests {
             let m = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
             let out = m.forward(&x, ForwardOptions { im_residuals: true, ..Default::default() });
             let h: Vec<f64> = out.last_hidden_state.into_data().into_vec().unwrap();
-            let res: Vec<f64> = out.im_residuals.first().map_or(vec![], |(_, r)| {
-                r.iter().map(|t| t.clone().into_scalar()).collect()
-            });
+            let res: Vec<f64> = out
+                .im_residuals
+                .first()
+                .map_or(vec![], |(_, r)| r.iter().map(|t| t.clone().into_scalar()).collect());
             (h, res)
         };
         let (ex, _) = run("ex");
@@ -513,7 +582,10 @@ mod model_tests {
         let trace = |spec: &str| -> Vec<Vec<f64>> {
             let m = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
             let out = m.forward(&x, ForwardOptions { im_residuals: true, ..Default::default() });
-            out.im_residuals.iter().map(|(_, r)| r.iter().map(|t| t.clone().sum().into_scalar()).collect()).collect()
+            out.im_residuals
+                .iter()
+                .map(|(_, r)| r.iter().map(|t| t.clone().sum().into_scalar()).collect())
+                .collect()
         };
         for layer in trace("im:T=6,gamma=0.01") {
             assert!(residual_rises(&layer).is_empty(), "{layer:?}");
@@ -536,37 +608,68 @@ mod model_tests {
         let x = input(&[vec![2, 7, 9, 4, 3], vec![2, 5, 3]]);
         let run = |spec: &str| {
             let m = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
-            m.forward(&x, ForwardOptions { im_residuals: true, hidden_states: true, ..Default::default() })
+            m.forward(
+                &x,
+                ForwardOptions { im_residuals: true, hidden_states: true, ..Default::default() },
+            )
         };
-        let per_example = |r: &Tensor<B, 1>| -> Vec<f64> { r.clone().into_data().into_vec().unwrap() };
+        let per_example =
+            |r: &Tensor<B, 1>| -> Vec<f64> { r.clone().into_data().into_vec().unwrap() };
         let out = run("im:T=6,gamma=5,step=backtrack");
         for (layer, residuals) in &out.im_residuals {
             for example in 0..2 {
                 let trace: Vec<f64> = residuals.iter().map(|r| per_example(r)[example]).collect();
-                assert!(trace.windows(2).all(|w| w[1] <= w[0]), "layer {layer}, example {example}: {trace:?}");
-                assert!(trace[6] < trace[0], "layer {layer}, example {example} made no progress: {trace:?}");
+                assert!(
+                    trace.windows(2).all(|w| w[1] <= w[0]),
+                    "layer {layer}, example {example}: {trace:?}"
+                );
+                assert!(
+                    trace[6] < trace[0],
+                    "layer {layer}, example {example} made no progress: {trace:?}"
+                );
             }
         }
-        let halved = out.im_solves.iter().flat_map(|s| s.step_sizes.iter().flat_map(per_example)).any(|s| s < 5.0);
+        let halved = out
+            .im_solves
+            .iter()
+            .flat_map(|s| s.step_sizes.iter().flat_map(per_example))
+            .any(|s| s < 5.0);
         assert!(halved, "at gamma 5 some step must have been halved");
-        let hidden = |o: &crate::model::ClassifierOutput<B>| -> Vec<f64> { o.last_hidden_state.clone().into_data().into_vec().unwrap() };
+        let hidden = |o: &crate::model::ClassifierOutput<B>| -> Vec<f64> {
+            o.last_hidden_state.clone().into_data().into_vec().unwrap()
+        };
         let small = run("im:T=4,gamma=0.01,step=backtrack");
         let fixed = run("im:T=4,gamma=0.01");
-        let diff = hidden(&small).iter().zip(hidden(&fixed)).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        let diff = hidden(&small)
+            .iter()
+            .zip(hidden(&fixed))
+            .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
         assert!(diff < 1e-12, "backtracking at a small step differs from the fixed rule by {diff}");
-        assert!(small.im_solves.iter().all(|s| s.step_sizes.iter().flat_map(per_example).all(|g| g == 0.01)));
+        assert!(small.im_solves.iter().all(|s| s
+            .step_sizes
+            .iter()
+            .flat_map(per_example)
+            .all(|g| g == 0.01)));
 
         // Decided on the device (WebGPU in the browser): the same solve, to the last bit.
         let spec = "im:T=6,gamma=5,step=backtrack,tol=0.3";
         let m = base.clone().with_connections(&ConnectionSpec::parse(spec).unwrap()).unwrap();
         let on = |decide_on_device| {
-            let options = ForwardOptions { im_residuals: true, hidden_states: true, decide_on_device, ..Default::default() };
+            let options = ForwardOptions {
+                im_residuals: true,
+                hidden_states: true,
+                decide_on_device,
+                ..Default::default()
+            };
             m.forward(&x, options)
         };
         let (on_host, on_device) = (on(false), on(true));
         assert_eq!(hidden(&on_host), hidden(&on_device));
         let steps = |o: &crate::model::ClassifierOutput<B>| -> Vec<Vec<f64>> {
-            o.im_solves.iter().map(|s| s.step_sizes.iter().flat_map(per_example).collect()).collect()
+            o.im_solves
+                .iter()
+                .map(|s| s.step_sizes.iter().flat_map(per_example).collect())
+                .collect()
         };
         for (host, device) in steps(&on_host).iter().zip(steps(&on_device)) {
             // The device cannot stop the loop early; it runs on with zero steps.
@@ -587,7 +690,11 @@ mod model_tests {
         };
         let loose = run("im:T=20,gamma=0.1,tol=0.9");
         for (solve, (_, residuals)) in loose.im_solves.iter().zip(&loose.im_residuals) {
-            assert!(solve.iterations < 20, "tol=0.9 should stop early: {} iterations", solve.iterations);
+            assert!(
+                solve.iterations < 20,
+                "tol=0.9 should stop early: {} iterations",
+                solve.iterations
+            );
             assert_eq!(residuals.len(), 21, "the trace keeps T + 1 entries");
             let first: Vec<f64> = residuals[0].clone().into_data().into_vec().unwrap();
             let last: Vec<f64> = residuals[20].clone().into_data().into_vec().unwrap();

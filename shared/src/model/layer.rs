@@ -13,11 +13,12 @@ use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use crate::model::config::BertConfig;
 use crate::cpu::kernels::{
-    add_residual, attention, attention_backward, attention_probs, concat, gelu, gelu_backward, gelu_output, layer_norm, layer_norm_backward, layer_norm_output,
-    linear, linear_residual, matmul, matmul_merged, softmax_backward, split_heads, times_keep,
+    add_residual, attention, attention_backward, attention_probs, concat, gelu, gelu_backward,
+    gelu_output, layer_norm, layer_norm_backward, layer_norm_output, linear, linear_residual,
+    matmul, matmul_merged, softmax_backward, split_heads, times_keep,
 };
+use crate::model::config::BertConfig;
 
 /// Additive attention bias of padded keys: large enough that softmax gives them exactly 0.
 pub const MASKED_SCORE: f32 = -1.0e9;
@@ -64,7 +65,8 @@ impl<B: Backend> BertSelfAttention<B> {
     }
 
     fn qkv_bias(&self) -> Option<Tensor<B, 1>> {
-        let (q, k, v) = (self.query.bias.as_ref()?, self.key.bias.as_ref()?, self.value.bias.as_ref()?);
+        let (q, k, v) =
+            (self.query.bias.as_ref()?, self.key.bias.as_ref()?, self.value.bias.as_ref()?);
         Some(concat(vec![q.val(), k.val(), v.val()]))
     }
 }
@@ -95,7 +97,7 @@ pub struct BertOutput<B: Backend> {
 #[derive(Debug, Clone)]
 pub struct LayerCache<B: Backend> {
     qkv_weight: Tensor<B, 2>, // [hidden, 3 * hidden], joined once for the forward and the VJP
-    q: Tensor<B, 4>, // [batch, heads, seq, head_dim]
+    q: Tensor<B, 4>,          // [batch, heads, seq, head_dim]
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
     attention: AttentionProbs<B>,
@@ -163,14 +165,23 @@ impl<B: Backend> BertLayer<B> {
     }
 
     /// `phi(h)` and the cache its VJP needs ("for the backward pass").
-    pub fn forward_cached(&self, hidden_states: Tensor<B, 3>, ctx: &LayerContext<B>) -> (Tensor<B, 3>, LayerCache<B>) {
+    pub fn forward_cached(
+        &self,
+        hidden_states: Tensor<B, 3>,
+        ctx: &LayerContext<B>,
+    ) -> (Tensor<B, 3>, LayerCache<B>) {
         let (y, cache) = self.run(hidden_states, ctx, true);
         (y, cache.expect("run keeps the cache when asked to"))
     }
 
     /// The layer, keeping its intermediates for the VJP when `keep` is set. Without, GELU and the
     /// LayerNorms write in place and skip what only the VJP reads (`Phi`, `x_hat`, `rstd`).
-    fn run(&self, hidden_states: Tensor<B, 3>, ctx: &LayerContext<B>, keep: bool) -> (Tensor<B, 3>, Option<LayerCache<B>>) {
+    fn run(
+        &self,
+        hidden_states: Tensor<B, 3>,
+        ctx: &LayerContext<B>,
+        keep: bool,
+    ) -> (Tensor<B, 3>, Option<LayerCache<B>>) {
         let sa = &self.attention.self_attention;
         let heads = sa.num_heads;
         let head_dim = hidden_states.dims()[2] / heads;
@@ -183,8 +194,18 @@ impl<B: Backend> BertLayer<B> {
         let (context, attention) = attention_core(&q, &k, &v, scale, ctx, keep); // [b, s, h]
 
         // Attention output: dense -> dropout -> residual -> LayerNorm.
-        let (attn, attention_keep) = dense_residual(&self.attention.output.dense, context, hidden_states, ctx.hidden_dropout);
-        let (x1, ln1) = layer_norm_forward(attn, &self.attention.output.layer_norm, self.attention.output.eps, keep);
+        let (attn, attention_keep) = dense_residual(
+            &self.attention.output.dense,
+            context,
+            hidden_states,
+            ctx.hidden_dropout,
+        );
+        let (x1, ln1) = layer_norm_forward(
+            attn,
+            &self.attention.output.layer_norm,
+            self.attention.output.eps,
+            keep,
+        );
 
         // Feed-forward: dense -> exact GELU -> dense -> dropout -> residual -> LayerNorm.
         let gelu_in = dense(&self.intermediate.dense, x1.clone());
@@ -198,19 +219,21 @@ impl<B: Backend> BertLayer<B> {
         let (y, ln2) = layer_norm_forward(ffn, &self.output.layer_norm, self.output.eps, keep);
 
         let cache = match (ln1, gelu_cache, ln2, attention) {
-            (Some(ln1), Some((gelu_in, gelu_cdf)), Some(ln2), Some(attention)) => Some(LayerCache {
-                qkv_weight,
-                q,
-                k,
-                v,
-                attention,
-                attention_keep,
-                ln1,
-                gelu_in,
-                gelu_cdf,
-                ffn_keep,
-                ln2,
-            }),
+            (Some(ln1), Some((gelu_in, gelu_cdf)), Some(ln2), Some(attention)) => {
+                Some(LayerCache {
+                    qkv_weight,
+                    q,
+                    k,
+                    v,
+                    attention,
+                    attention_keep,
+                    ln1,
+                    gelu_in,
+                    gelu_cdf,
+                    ffn_keep,
+                    ln2,
+                })
+            }
             _ => None,
         };
         (y, cache)
@@ -229,12 +252,18 @@ impl<B: Backend> BertLayer<B> {
         let dgelu_out = linear_input_backward(&self.output.dense, dffn_dense); // [b, s, i]
         let dgelu_in = gelu_backward(dgelu_out, &cache.gelu_in, &cache.gelu_cdf);
         // term 1: the residual path (the GEMM's initial value); term 2: through the intermediate dense.
-        let dx1 = linear_residual(dgelu_in, self.intermediate.dense.weight.val().transpose(), None, dffn);
+        let dx1 =
+            linear_residual(dgelu_in, self.intermediate.dense.weight.val().transpose(), None, dffn);
 
         // Attention block, reversed.
         let dattn = layer_norm_backward_cached(dx1, &cache.ln1, &self.attention.output.layer_norm);
         let dattn_dense = apply_keep(dattn.clone(), &cache.attention_keep);
-        let dcontext = split_heads(linear_input_backward(&self.attention.output.dense, dattn_dense), 1, 0, heads);
+        let dcontext = split_heads(
+            linear_input_backward(&self.attention.output.dense, dattn_dense),
+            1,
+            0,
+            heads,
+        );
         let dqkv = attention_core_backward(dcontext, cache, (head_dim as f64).powf(-0.5)); // [b, s, 3h]
 
         // term 1: the residual path (the GEMM's initial value); term 2: through query, key and
@@ -253,7 +282,11 @@ pub struct AttentionProbs<B: Backend> {
 
 impl<B: Backend> AttentionProbs<B> {
     fn detach(self) -> Self {
-        Self { probs: self.probs.detach(), dropped: self.dropped.detach(), keep: self.keep.map(|k| k.detach()) }
+        Self {
+            probs: self.probs.detach(),
+            dropped: self.dropped.detach(),
+            keep: self.keep.map(|k| k.detach()),
+        }
     }
 }
 
@@ -272,7 +305,10 @@ fn attention_core<B: Backend>(
 ) -> (Tensor<B, 3>, Option<AttentionProbs<B>>) {
     if ctx.attention_dropout == 0.0 {
         if let Some((context, probs)) = attention(q, k, v, &ctx.attention_bias, scale, keep) {
-            return (context, probs.map(|p| AttentionProbs { dropped: p.clone(), probs: p, keep: None }));
+            return (
+                context,
+                probs.map(|p| AttentionProbs { dropped: p.clone(), probs: p, keep: None }),
+            );
         }
     }
     let scores = matmul(q.clone(), k.clone().swap_dims(2, 3)); // [b, nh, s, s]
@@ -287,10 +323,16 @@ fn attention_core<B: Backend>(
 /// `dcontext` `[batch, heads, seq, head_dim]`: `dscores = softmax_backward(dropout(dcontext v^T))`
 /// (the scale included), `dq = dscores k`, `dk = dscores^T q`, `dv = dropout(probs)^T dcontext`.
 /// One pass per batch item on the CPU when there was no dropout (`kernels::attention_backward`).
-fn attention_core_backward<B: Backend>(dcontext: Tensor<B, 4>, cache: &LayerCache<B>, scale: f64) -> Tensor<B, 3> {
+fn attention_core_backward<B: Backend>(
+    dcontext: Tensor<B, 4>,
+    cache: &LayerCache<B>,
+    scale: f64,
+) -> Tensor<B, 3> {
     let a = &cache.attention;
     if a.keep.is_none() {
-        if let Some(dqkv) = attention_backward(&dcontext, &cache.q, &cache.k, &cache.v, &a.probs, scale) {
+        if let Some(dqkv) =
+            attention_backward(&dcontext, &cache.q, &cache.k, &cache.v, &a.probs, scale)
+        {
             return dqkv;
         }
     }
@@ -309,9 +351,17 @@ fn dense<B: Backend>(lin: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
 
 /// `dropout(x W + b) + residual`, and the dropout's keep mask, which the VJP needs. Without
 /// dropout, one op whose GEMM starts from the residual (`linear_residual`).
-fn dense_residual<B: Backend>(lin: &Linear<B>, x: Tensor<B, 3>, residual: Tensor<B, 3>, p: f64) -> (Tensor<B, 3>, Option<Tensor<B, 3>>) {
+fn dense_residual<B: Backend>(
+    lin: &Linear<B>,
+    x: Tensor<B, 3>,
+    residual: Tensor<B, 3>,
+    p: f64,
+) -> (Tensor<B, 3>, Option<Tensor<B, 3>>) {
     if p == 0.0 {
-        return (linear_residual(x, lin.weight.val(), lin.bias.as_ref().map(|b| b.val()), residual), None);
+        return (
+            linear_residual(x, lin.weight.val(), lin.bias.as_ref().map(|b| b.val()), residual),
+            None,
+        );
     }
     let y = dense(lin, x);
     let keep = dropout_mask(&y, p);
@@ -353,7 +403,11 @@ pub fn layer_norm_forward<B: Backend>(
 }
 
 /// Input-gradient of [`layer_norm_forward`].
-fn layer_norm_backward_cached<B: Backend>(dout: Tensor<B, 3>, cache: &LayerNormCache<B>, ln: &LayerNorm<B>) -> Tensor<B, 3> {
+fn layer_norm_backward_cached<B: Backend>(
+    dout: Tensor<B, 3>,
+    cache: &LayerNormCache<B>,
+    ln: &LayerNorm<B>,
+) -> Tensor<B, 3> {
     layer_norm_backward(dout, &cache.x_hat, &cache.rstd, ln.gamma.val())
 }
 
@@ -363,7 +417,10 @@ fn dropout_mask<B: Backend, const D: usize>(like: &Tensor<B, D>, p: f64) -> Opti
 }
 
 /// Dropout forward and backward are the same product with the keep mask.
-fn apply_keep<B: Backend, const D: usize>(x: Tensor<B, D>, keep: &Option<Tensor<B, D>>) -> Tensor<B, D> {
+fn apply_keep<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    keep: &Option<Tensor<B, D>>,
+) -> Tensor<B, D> {
     match keep {
         Some(k) => times_keep(x, k),
         None => x,
@@ -391,10 +448,17 @@ mod tests {
     /// without dropout (the cache carries the masks, so both see the same ones).
     fn check(hidden_dropout: f64, attention_dropout: f64) -> f64 {
         let device = Default::default();
-        let config = BertConfig { hidden_size: 12, num_attention_heads: 3, intermediate_size: 20, ..BertConfig::tiny() };
+        let config = BertConfig {
+            hidden_size: 12,
+            num_attention_heads: 3,
+            intermediate_size: 20,
+            ..BertConfig::tiny()
+        };
         let phi = BertLayer::<B>::new(&config, &device);
-        let ctx = LayerContext { attention_bias: bias(&[5, 3], 5), hidden_dropout, attention_dropout };
-        let h = Tensor::<B, 3>::random([2, 5, 12], Distribution::Normal(0.0, 1.0), &device).require_grad();
+        let ctx =
+            LayerContext { attention_bias: bias(&[5, 3], 5), hidden_dropout, attention_dropout };
+        let h = Tensor::<B, 3>::random([2, 5, 12], Distribution::Normal(0.0, 1.0), &device)
+            .require_grad();
         let r = Tensor::<B, 3>::random([2, 5, 12], Distribution::Normal(0.0, 1.0), &device);
         let (y, cache) = phi.forward_cached(h.clone(), &ctx);
         let ours: Vec<f64> = phi.vjp(&cache, r.clone()).into_data().into_vec().unwrap();
@@ -423,15 +487,25 @@ mod tests {
     /// on the CPU kernels at inference and under autodiff's nodes.
     fn forward_without_cache_is_the_cached_output<C: Backend>() {
         let device = Default::default();
-        let config = BertConfig { hidden_size: 12, num_attention_heads: 3, intermediate_size: 20, ..BertConfig::tiny() };
+        let config = BertConfig {
+            hidden_size: 12,
+            num_attention_heads: 3,
+            intermediate_size: 20,
+            ..BertConfig::tiny()
+        };
         let phi = BertLayer::<C>::new(&config, &device);
         let lengths = [5usize, 3];
-        let v: Vec<f32> = lengths.iter().flat_map(|&n| (0..5).map(move |j| if j < n { 0.0 } else { MASKED_SCORE })).collect();
+        let v: Vec<f32> = lengths
+            .iter()
+            .flat_map(|&n| (0..5).map(move |j| if j < n { 0.0 } else { MASKED_SCORE }))
+            .collect();
         let attention_bias = Tensor::from_data(TensorData::new(v, [2, 1, 1, 5]), &device);
         let ctx = LayerContext { attention_bias, hidden_dropout: 0.0, attention_dropout: 0.0 };
         let h = Tensor::<C, 3>::random([2, 5, 12], Distribution::Normal(0.0, 1.0), &device);
-        let plain: Vec<f32> = phi.forward(h.clone(), &ctx).into_data().convert::<f32>().into_vec().unwrap();
-        let cached: Vec<f32> = phi.forward_cached(h, &ctx).0.into_data().convert::<f32>().into_vec().unwrap();
+        let plain: Vec<f32> =
+            phi.forward(h.clone(), &ctx).into_data().convert::<f32>().into_vec().unwrap();
+        let cached: Vec<f32> =
+            phi.forward_cached(h, &ctx).0.into_data().convert::<f32>().into_vec().unwrap();
         assert_eq!(plain, cached);
     }
 
@@ -444,11 +518,20 @@ mod tests {
 
     #[test]
     fn gelu_is_exact_erf_form() {
-        let x = Tensor::<NdArray<f64>, 1>::from_data(TensorData::new(vec![-3.0, -0.5, 0.0, 1.0, 2.5], [5]), &Default::default());
+        let x = Tensor::<NdArray<f64>, 1>::from_data(
+            TensorData::new(vec![-3.0, -0.5, 0.0, 1.0, 2.5], [5]),
+            &Default::default(),
+        );
         let (y, _) = gelu(x);
         let y: Vec<f64> = y.into_data().into_vec().unwrap();
         // x * Phi(x) at the same points, from Python's math.erf.
-        let expected = [-0.00404969409489031, -0.15426876936299344, 0.0, 0.8413447460685429, 2.4844758366855597];
+        let expected = [
+            -0.00404969409489031,
+            -0.15426876936299344,
+            0.0,
+            0.8413447460685429,
+            2.4844758366855597,
+        ];
         for (a, b) in y.iter().zip(expected) {
             assert!((a - b).abs() < 1e-9, "{a} vs {b}");
         }

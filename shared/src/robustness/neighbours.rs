@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use burn::tensor::backend::Backend;
 
 use crate::io::checkpoint::HostTensor;
-use crate::model::BertClassifier;
 use crate::io::tokenizer::BertTokenizer;
+use crate::model::BertClassifier;
 use crate::Error;
 
 /// Unit-normalised embedding rows of the whole-word vocabulary, for cosine queries.
@@ -38,7 +38,11 @@ impl WordNeighbours {
 
     /// Builds the index from a row-major `[vocab, hidden]` embedding matrix and the tokenizer's
     /// vocabulary (token -> row). Entries whose row is missing or all zero are left out.
-    pub fn new(embeddings: &[f32], hidden: usize, vocab: &HashMap<String, u32>) -> Result<Self, Error> {
+    pub fn new(
+        embeddings: &[f32],
+        hidden: usize,
+        vocab: &HashMap<String, u32>,
+    ) -> Result<Self, Error> {
         if hidden == 0 || !embeddings.len().is_multiple_of(hidden) {
             return Err(Error::Input(format!(
                 "embedding matrix of {} values is not a multiple of hidden size {hidden}",
@@ -70,7 +74,10 @@ impl WordNeighbours {
 
     /// The index of a model's word embeddings (`bert.embeddings.word_embeddings.weight`) over
     /// its tokenizer's vocabulary.
-    pub fn from_model<B: Backend>(model: &BertClassifier<B>, tokenizer: &BertTokenizer) -> Result<Self, Error> {
+    pub fn from_model<B: Backend>(
+        model: &BertClassifier<B>,
+        tokenizer: &BertTokenizer,
+    ) -> Result<Self, Error> {
         let weight = HostTensor::from_tensor(&model.bert.embeddings.word_embeddings.weight.val())?;
         let hidden = weight.shape.get(1).copied().unwrap_or(0);
         Self::new(&weight.data, hidden, &tokenizer.inner().get_vocab(true))

@@ -10,8 +10,8 @@ use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use shared::io::checkpoint::{load_for_task, save_classifier};
 use shared::data::{self, Example, Task};
+use shared::io::checkpoint::{load_for_task, save_classifier};
 use shared::{BertClassifier, BertTokenizer, ForwardOptions};
 
 use super::adversarial::adversarial_loss;
@@ -393,5 +393,6 @@ pub(super) fn to_batch<B: Backend>(
 
 /// Mixes the run seed and the step into one dropout seed.
 fn step_seed(seed: u64, step: usize) -> u64 {
-    shared::rng::SplitMix64::new(seed ^ (step as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_u64()
+    shared::rng::SplitMix64::new(seed ^ (step as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .next_u64()
 }

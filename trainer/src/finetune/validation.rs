@@ -7,9 +7,9 @@ use std::path::Path;
 use anyhow::Result;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
+use shared::data::Example;
 use shared::io::bundle::ModelCard;
 use shared::io::checkpoint::save_classifier;
-use shared::data::Example;
 use shared::{BertClassifier, BertTokenizer};
 
 use super::checkpoint::TrainState;

@@ -124,8 +124,7 @@ fn computed_flops(dir: &Path, config: &RunConfig) -> Option<f64> {
         dir.join(model).join("config.json"),
     ];
     let bert = candidates.iter().find_map(|p| BertConfig::from_file(p).ok())?;
-    let connections =
-        config.connection.per_layer(bert.num_hidden_layers).ok()?;
+    let connections = config.connection.per_layer(bert.num_hidden_layers).ok()?;
     Some(shared::model::flops::forward_flops(&bert, &connections, config.max_len, true))
 }
 

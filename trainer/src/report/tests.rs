@@ -323,7 +323,10 @@ fn flops_are_computed_when_not_evaluated() {
     let run = load_run(&dir).unwrap();
     let tiny = BertConfig::tiny();
     let conns = ConnectionSpec::parse("im:T=3,layers=1-1").unwrap().per_layer(2).unwrap();
-    assert_eq!(run.flops, Some(shared::model::flops::forward_flops(&tiny, &conns, c.max_len, true)));
+    assert_eq!(
+        run.flops,
+        Some(shared::model::flops::forward_flops(&tiny, &conns, c.max_len, true))
+    );
     assert_eq!(run.flops_source, FlopsSource::ComputedAtMaxLen);
     let report = summarise(vec![run], &[GroupKey::Task, GroupKey::Connection]);
     assert!(markdown(&report, &[]).contains("computed from the run's config at `max_len`"));

@@ -50,7 +50,8 @@ impl Analyses {
         let action = Action::new_local(move |wanted: &Request| {
             let wanted = wanted.clone();
             async move {
-                let current = move |r: &Request| request.with_untracked(|now| now.as_ref() == Some(r));
+                let current =
+                    move |r: &Request| request.with_untracked(|now| now.as_ref() == Some(r));
                 match run(demo, &wanted, current).await {
                     Ok(Some(results)) => Outcome::Done(Arc::new(results)),
                     Ok(None) => Outcome::Superseded,
@@ -63,12 +64,11 @@ impl Analyses {
                 action.dispatch_local(wanted);
             }
         });
-        let shown = Memo::new(move |previous: Option<&Option<Arc<Results>>>| {
-            match action.value().get() {
+        let shown =
+            Memo::new(move |previous: Option<&Option<Arc<Results>>>| match action.value().get() {
                 Some(Outcome::Done(results)) => Some(results),
                 _ => previous.cloned().flatten(),
-            }
-        });
+            });
         Self { action, shown }
     }
 

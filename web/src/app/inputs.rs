@@ -24,7 +24,8 @@ pub fn TaskPicker(presets: Presets) -> impl IntoView {
     let on_change = move |ev: leptos::ev::Event| {
         let Ok(task) = event_target_value(&ev).parse::<Task>() else { return };
         demo.task.set(task);
-        if let Some(first) = presets.with_untracked(|all| all.iter().find(|p| p.task == task).cloned())
+        if let Some(first) =
+            presets.with_untracked(|all| all.iter().find(|p| p.task == task).cloned())
         {
             load_preset(demo, &first);
         }
@@ -52,7 +53,8 @@ pub fn PresetPicker(presets: Presets) -> impl IntoView {
     let on_change = move |ev: leptos::ev::Event| {
         let Ok(i) = event_target_value(&ev).parse::<usize>() else { return };
         let task = demo.task.get_untracked();
-        let chosen = presets.with_untracked(|all| all.iter().filter(|p| p.task == task).nth(i).cloned());
+        let chosen =
+            presets.with_untracked(|all| all.iter().filter(|p| p.task == task).nth(i).cloned());
         if let Some(preset) = chosen {
             load_preset(demo, &preset);
         }
@@ -113,9 +115,11 @@ pub fn PerturbButtons() -> impl IntoView {
         Op::ALL
             .into_iter()
             .filter(move |op| op.attack_level() == level)
-            .map(move |op| view! {
-                <button data-perturb=op.key() title=format!("{} level", op.level())
-                    on:click=move |_| demo.perturb(op)>{op.label()}</button>
+            .map(move |op| {
+                view! {
+                    <button data-perturb=op.key() title=format!("{} level", op.level())
+                        on:click=move |_| demo.perturb(op)>{op.label()}</button>
+                }
             })
             .collect_view()
     };
@@ -139,7 +143,8 @@ pub fn PerturbedBox(perturbed: Memo<PerturbedText>) -> impl IntoView {
     };
     let diff = move || {
         let clean = demo.source();
-        perturbed.with(|p| perturb::diff_words(&clean, &p.text))
+        perturbed
+            .with(|p| perturb::diff_words(&clean, &p.text))
             .into_iter()
             .map(|span| match span.op {
                 DiffOp::Equal => view! { <span>{span.text}" "</span> }.into_any(),
@@ -165,7 +170,8 @@ pub fn PerturbedBox(perturbed: Memo<PerturbedText>) -> impl IntoView {
 #[component]
 pub fn SolveControls() -> impl IntoView {
     let demo = expect_context::<Demo>();
-    let set_gamma = move |ev: leptos::ev::Event| match event_target_value(&ev).trim().parse::<f64>() {
+    let set_gamma = move |ev: leptos::ev::Event| match event_target_value(&ev).trim().parse::<f64>()
+    {
         // Out-of-range or non-numeric input is ignored.
         Ok(g) if g.is_finite() && (0.0..=1.0).contains(&g) => demo.gamma.set(g),
         _ => {}

@@ -27,7 +27,9 @@ use crate::catalog::{self, ModelIndex};
 use crate::session::Session;
 use crate::{loader, runtime};
 use analysis::Analyses;
-use inputs::{CleanText, ModelCards, PerturbButtons, PerturbedBox, PresetPicker, SolveControls, TaskPicker};
+use inputs::{
+    CleanText, ModelCards, PerturbButtons, PerturbedBox, PresetPicker, SolveControls, TaskPicker,
+};
 use results::ResultsPanel;
 use state::{Demo, Started, Status};
 
@@ -101,7 +103,8 @@ async fn start() -> Result<Started, String> {
 /// Where the page stands: starting, failed (the first error wins), waiting for the first
 /// verdict, or ready.
 fn status(demo: Demo, analyses: Analyses) -> Status {
-    let started = demo.started.with(|s| s.as_ref().map(|r| r.as_ref().map(|_| ()).map_err(Clone::clone)));
+    let started =
+        demo.started.with(|s| s.as_ref().map(|r| r.as_ref().map(|_| ()).map_err(Clone::clone)));
     match started {
         None => Status::Loading("setting up the backend…"),
         Some(Err(e)) => Status::Failed(e),

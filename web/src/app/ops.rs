@@ -69,7 +69,12 @@ impl Op {
 
     /// The edit of `text` with `seed`: about one word in eight at the word level. `None` for a
     /// synonym swap before the model's embedding neighbours have arrived.
-    pub fn apply(self, text: &str, seed: u64, neighbours: Option<&WordNeighbours>) -> Option<Perturbation> {
+    pub fn apply(
+        self,
+        text: &str,
+        seed: u64,
+        neighbours: Option<&WordNeighbours>,
+    ) -> Option<Perturbation> {
         let words = (text.split_whitespace().count() / 8).max(1);
         Some(match self {
             Op::Typo => perturb::typo(text, words, seed),

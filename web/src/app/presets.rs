@@ -73,7 +73,8 @@ pub fn hand_written() -> Vec<Preset> {
 /// The first [`PER_TASK`] items of each task in AdvGLUE's annotated dev file, `url` naming it in
 /// errors. Malformed items are skipped; the page keeps its hand-written presets either way.
 pub fn advglue(url: &str, json: &str) -> Vec<Preset> {
-    let Ok(loaded) = data::parse_advglue_json(Path::new(url), json.as_bytes(), &ReadOptions::skipping())
+    let Ok(loaded) =
+        data::parse_advglue_json(Path::new(url), json.as_bytes(), &ReadOptions::skipping())
     else {
         return Vec::new();
     };

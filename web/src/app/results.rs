@@ -11,7 +11,8 @@ use crate::engine::{Analysis, Verdict};
 
 #[component]
 pub fn ResultsPanel(analyses: Analyses) -> impl IntoView {
-    let key = move || analyses.shown.with(|r| r.as_ref().map(|r| r.key.clone()).unwrap_or_default());
+    let key =
+        move || analyses.shown.with(|r| r.as_ref().map(|r| r.key.clone()).unwrap_or_default());
     view! {
         <section id="results" data-key=key data-busy=move || analyses.busy().to_string()>
             {move || analyses.shown.get().map(|results| view! {
@@ -49,7 +50,12 @@ fn Verdicts(results: std::sync::Arc<Results>) -> impl IntoView {
 
 /// One verdict: a probability bar per class, the most probable one marked.
 #[component]
-fn VerdictCard(role: Role, which: &'static str, verdict: Verdict, labels: Vec<String>) -> impl IntoView {
+fn VerdictCard(
+    role: Role,
+    which: &'static str,
+    verdict: Verdict,
+    labels: Vec<String>,
+) -> impl IntoView {
     let probs: Vec<String> = verdict.probs.iter().map(|p| format!("{p:.4}")).collect();
     let best = verdict.label();
     let bars = verdict.probs.iter().enumerate().map(|(i, p)| {
@@ -132,6 +138,7 @@ fn ResidualChart(results: std::sync::Arc<Results>) -> impl IntoView {
 
 /// One shade per IM layer (CSS classes `l0`..`l11`), so the layers' residuals can be told apart.
 fn layer_class(layer: usize) -> &'static str {
-    const CLASSES: [&str; 12] = ["l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9", "l10", "l11"];
+    const CLASSES: [&str; 12] =
+        ["l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9", "l10", "l11"];
     CLASSES[layer % CLASSES.len()]
 }

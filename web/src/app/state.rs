@@ -155,8 +155,12 @@ impl Demo {
                 let neighbours = self.session().and_then(|s| s.borrow().neighbours(task.name()));
                 match op.apply(&source, seed, neighbours.as_deref()) {
                     Some(p) => {
-                        let what = if p.edits.is_empty() { "nothing to change" } else { op.level() };
-                        PerturbedText { text: p.text, how: format!("{} ({what}, seed {seed})", op.label()) }
+                        let what =
+                            if p.edits.is_empty() { "nothing to change" } else { op.level() };
+                        PerturbedText {
+                            text: p.text,
+                            how: format!("{} ({what}, seed {seed})", op.label()),
+                        }
                     }
                     None => PerturbedText {
                         text: source,

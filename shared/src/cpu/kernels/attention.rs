@@ -51,13 +51,15 @@ pub fn attention<B: Backend>(
         let item_bias = &bias[i * seq..][..seq];
         for j in 0..heads {
             let p = &mut probs[if keep_probs { j * square } else { 0 }..][..square];
-            let (qh, kh, vh) = (q.slice(s![i, j, .., ..]), k.slice(s![i, j, .., ..]), v.slice(s![i, j, .., ..]));
+            let (qh, kh, vh) =
+                (q.slice(s![i, j, .., ..]), k.slice(s![i, j, .., ..]), v.slice(s![i, j, .., ..]));
             // scores = q k^T
             // SAFETY: `p` holds the `seq x seq` scores; `beta = 0` only writes them.
             unsafe { gemm_into(qh, kh.t(), 0.0, p.as_mut_ptr().cast(), seq) };
             // SAFETY: just written whole.
             let p = unsafe { &mut *(p as *mut [MaybeUninit<f32>] as *mut [f32]) };
-            p.chunks_exact_mut(seq.max(1)).for_each(|row| attention_probs_row(row, item_bias, scale));
+            p.chunks_exact_mut(seq.max(1))
+                .for_each(|row| attention_probs_row(row, item_bias, scale));
             // context[:, head j] = probs v
             let p = ndarray::ArrayView2::from_shape((seq, seq), p).expect("seq x seq");
             // SAFETY: head `j`'s `seq x head_dim` columns of the item's rows of `hidden`.
@@ -66,17 +68,24 @@ pub fn attention<B: Backend>(
     };
     let (context, probs) = if keep_probs {
         // SAFETY: `item` writes every head's columns of the context and every head's scores.
-        let [context, probs] = unsafe { new_rows_uninit(batch, [seq * hidden, heads * square], 1, |i, [c, p]| item(i, c, p)) };
+        let [context, probs] = unsafe {
+            new_rows_uninit(batch, [seq * hidden, heads * square], 1, |i, [c, p]| item(i, c, p))
+        };
         (context, Some(probs))
     } else {
-        let run = |i: usize, [c]: [&mut [MaybeUninit<f32>]; 1]| item(i, c, &mut vec![MaybeUninit::uninit(); square]);
+        let run = |i: usize, [c]: [&mut [MaybeUninit<f32>]; 1]| {
+            item(i, c, &mut vec![MaybeUninit::uninit(); square])
+        };
         // SAFETY: `item` writes every head's columns of the context.
         let [context] = unsafe { new_rows_uninit(batch, [seq * hidden], 1, run) };
         (context, None)
     };
-    let context = from_cpu_f32(SharedArray::from_shape_vec(vec![batch, seq, hidden], context).ok()?);
+    let context =
+        from_cpu_f32(SharedArray::from_shape_vec(vec![batch, seq, hidden], context).ok()?);
     let probs = match probs {
-        Some(p) => Some(from_cpu_f32(SharedArray::from_shape_vec(vec![batch, heads, seq, seq], p).ok()?)),
+        Some(p) => {
+            Some(from_cpu_f32(SharedArray::from_shape_vec(vec![batch, heads, seq, seq], p).ok()?))
+        }
         None => None,
     };
     Some((context, probs))
@@ -117,8 +126,12 @@ pub fn attention_backward<B: Backend>(
         let mut dscores = vec![0.0f32; square];
         for j in 0..heads {
             let p = &probs[(i * heads + j) * square..][..square];
-            let (dc, qh, kh, vh) =
-                (dcontext.slice(s![i, j, .., ..]), q.slice(s![i, j, .., ..]), k.slice(s![i, j, .., ..]), v.slice(s![i, j, .., ..]));
+            let (dc, qh, kh, vh) = (
+                dcontext.slice(s![i, j, .., ..]),
+                q.slice(s![i, j, .., ..]),
+                k.slice(s![i, j, .., ..]),
+                v.slice(s![i, j, .., ..]),
+            );
             // dprobs = dcontext v^T, then dscores in place.
             // SAFETY: `dscores` holds `seq x seq`.
             unsafe { gemm_into(dc, vh.t(), 0.0, dscores.as_mut_ptr(), seq) };
@@ -145,7 +158,11 @@ pub fn attention_backward<B: Backend>(
 /// Attention probabilities: softmax over keys of `scores * scale + bias`, with `scores`
 /// `[batch, heads, queries, keys]` and the padding bias `[batch, 1, 1, keys]`. Padded keys
 /// (bias -1e9) come out as exactly 0.
-pub fn attention_probs<B: Backend>(scores: Tensor<B, 4>, scale: f64, bias: &Tensor<B, 4>) -> Tensor<B, 4> {
+pub fn attention_probs<B: Backend>(
+    scores: Tensor<B, 4>,
+    scale: f64,
+    bias: &Tensor<B, 4>,
+) -> Tensor<B, 4> {
     train_node!(autodiff::attention_probs(&scores, scale, bias));
     let composed = |scores: Tensor<B, 4>| softmax(scores.mul_scalar(scale) + bias.clone(), 3);
     let [batch, _, _, keys] = scores.dims();
@@ -166,12 +183,18 @@ pub fn attention_probs<B: Backend>(scores: Tensor<B, 4>, scale: f64, bias: &Tens
 
 /// Softmax input-gradient, scaled: `scale * p * (dp - sum(dp * p))` along the last dimension
 /// (`scale` is the attention's `1 / sqrt(head_dim)`, folded in here instead of a pass of its own).
-pub fn softmax_backward<B: Backend, const D: usize>(dprobs: Tensor<B, D>, probs: &Tensor<B, D>, scale: f64) -> Tensor<B, D> {
+pub fn softmax_backward<B: Backend, const D: usize>(
+    dprobs: Tensor<B, D>,
+    probs: &Tensor<B, D>,
+    scale: f64,
+) -> Tensor<B, D> {
     train_node!(autodiff::softmax_backward(&dprobs, probs, scale));
     let width = probs.dims()[D - 1];
     let scale_f32 = scale as f32;
     let kernel = |_: usize, d: &mut [f32], [p]: [&[f32]; 1]| {
-        d.chunks_mut(width).zip(p.chunks(width)).for_each(|(d, p)| softmax_backward_row(d, p, scale_f32));
+        d.chunks_mut(width)
+            .zip(p.chunks(width))
+            .for_each(|(d, p)| softmax_backward_row(d, p, scale_f32));
     };
     rows_in_place(dprobs, [probs], kernel).unwrap_or_else(|dprobs| {
         let dot = (dprobs.clone() * probs.clone()).sum_dim(D - 1);

@@ -20,10 +20,17 @@ pub fn dropout_keep<B: Backend, const D: usize>(like: &Tensor<B, D>, p: f64) -> 
     use burn::tensor::{DType, Distribution, Int, TensorData};
     let device = like.device();
     if !((&device as &dyn Any).is::<burn_ndarray::NdArrayDevice>() && like.dtype() == DType::F32) {
-        return Tensor::random(like.shape(), Distribution::Bernoulli(1.0 - p), &device).mul_scalar(1.0 / (1.0 - p));
+        return Tensor::random(like.shape(), Distribution::Bernoulli(1.0 - p), &device)
+            .mul_scalar(1.0 / (1.0 - p));
     }
     let draw = Tensor::<B, 1, Int>::random([2], Distribution::Uniform(0.0, 4294967296.0), &device);
-    let seed = draw.into_data().convert::<i64>().into_vec::<i64>().unwrap_or_default().iter().fold(0u64, |s, &v| (s << 32) ^ v as u64);
+    let seed = draw
+        .into_data()
+        .convert::<i64>()
+        .into_vec::<i64>()
+        .unwrap_or_default()
+        .iter()
+        .fold(0u64, |s, &v| (s << 32) ^ v as u64);
     let mask = keep_mask(seed, like.shape().num_elements(), p);
     Tensor::from_data(TensorData::new(mask, like.shape()), (&device, DType::F32))
 }
@@ -52,7 +59,10 @@ pub(super) fn keep_mask(seed: u64, n: usize, p: f64) -> Vec<f32> {
 
 /// Dropout with a keep mask from [`dropout_keep`]: `x * keep`, one pass over `x`'s buffer on the
 /// CPU. Its backward is the same product.
-pub fn times_keep<B: Backend, const D: usize>(x: Tensor<B, D>, keep: &Tensor<B, D>) -> Tensor<B, D> {
+pub fn times_keep<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    keep: &Tensor<B, D>,
+) -> Tensor<B, D> {
     #[cfg(not(target_arch = "wasm32"))]
     let x = match autodiff::times_keep(x, keep) {
         Ok(y) => return y,
@@ -61,6 +71,8 @@ pub fn times_keep<B: Backend, const D: usize>(x: Tensor<B, D>, keep: &Tensor<B, 
     if x.dims() != keep.dims() {
         return x * keep.clone(); // burn's own op broadcasts or reports the mismatch
     }
-    let kernel = |_: usize, out: &mut [f32], [keep]: [&[f32]; 1]| out.iter_mut().zip(keep).for_each(|(o, k)| *o *= k);
+    let kernel = |_: usize, out: &mut [f32], [keep]: [&[f32]; 1]| {
+        out.iter_mut().zip(keep).for_each(|(o, k)| *o *= k)
+    };
     rows_in_place(x, [keep], kernel).unwrap_or_else(|x| x * keep.clone())
 }

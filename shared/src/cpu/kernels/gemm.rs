@@ -13,7 +13,13 @@ use super::new_rows_uninit;
 /// # Safety
 /// `c` must be valid for writes (and reads, if `beta != 0`) of `m` rows of `n` elements, `ldc`
 /// apart, and not alias `a` or `b`.
-pub(super) unsafe fn gemm_into(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayView2<f32>, beta: f32, c: *mut f32, ldc: usize) {
+pub(super) unsafe fn gemm_into(
+    a: ndarray::ArrayView2<f32>,
+    b: ndarray::ArrayView2<f32>,
+    beta: f32,
+    c: *mut f32,
+    ldc: usize,
+) {
     let ((m, k), n) = (a.dim(), b.ncols());
     assert_eq!(k, b.nrows(), "inner dimensions");
     assert!(n <= ldc || m <= 1, "a row of c fits in ldc");
@@ -24,13 +30,44 @@ pub(super) unsafe fn gemm_into(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayVie
     if let (Some(a_layout), Some(b_layout)) = (blas_layout(&a), blas_layout(&b)) {
         if k > 0 {
             // SAFETY: the layouts describe the views' memory; the caller vouches for `c`.
-            unsafe { crate::cpu::blas::sgemm(a_layout, b_layout, [m, n, k], a.as_ptr(), b.as_ptr(), beta, c, ldc) };
+            unsafe {
+                crate::cpu::blas::sgemm(
+                    a_layout,
+                    b_layout,
+                    [m, n, k],
+                    a.as_ptr(),
+                    b.as_ptr(),
+                    beta,
+                    c,
+                    ldc,
+                )
+            };
             return;
         }
     }
-    let ([rsa, csa], [rsb, csb]) = (<[isize; 2]>::try_from(a.strides()).unwrap_or_default(), <[isize; 2]>::try_from(b.strides()).unwrap_or_default());
+    let ([rsa, csa], [rsb, csb]) = (
+        <[isize; 2]>::try_from(a.strides()).unwrap_or_default(),
+        <[isize; 2]>::try_from(b.strides()).unwrap_or_default(),
+    );
     // SAFETY: the strides describe the views' memory; the caller vouches for `c`.
-    unsafe { matrixmultiply::sgemm(m, k, n, 1.0, a.as_ptr(), rsa, csa, b.as_ptr(), rsb, csb, beta, c, ldc as isize, 1) };
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            rsa,
+            csa,
+            b.as_ptr(),
+            rsb,
+            csb,
+            beta,
+            c,
+            ldc as isize,
+            1,
+        )
+    };
 }
 
 /// How a BLAS reads a view: `(transposed, leading dimension)`, or `None` when neither stride is
@@ -58,17 +95,25 @@ fn blas_layout(x: &ndarray::ArrayView2<f32>) -> Option<crate::cpu::blas::Layout>
 /// threads spin for a while after each GEMM, and on a small machine they took the cores from
 /// the rayon kernels between GEMMs (`sched_yield` dominated the profile). One pool
 /// for everything avoids that. `matrixmultiply` threads itself and gets the product whole.
-pub(super) fn gemm_by_rows(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayView2<f32>, bias: Option<&[f32]>) -> ndarray::Array2<f32> {
+pub(super) fn gemm_by_rows(
+    a: ndarray::ArrayView2<f32>,
+    b: ndarray::ArrayView2<f32>,
+    bias: Option<&[f32]>,
+) -> ndarray::Array2<f32> {
     let cols = b.ncols();
     match bias {
         // SAFETY: every row of every part gets the bias (`cols` elements, checked by the caller).
         Some(bias) => unsafe {
-            gemm_by_rows_with(a, b, Some(|_: usize, part: &mut [MaybeUninit<f32>]| {
-                for row in part.chunks_exact_mut(cols.max(1)) {
-                    // SAFETY: `row` and `bias` both hold `cols` elements, in different buffers.
-                    std::ptr::copy_nonoverlapping(bias.as_ptr(), row.as_mut_ptr().cast(), cols);
-                }
-            }))
+            gemm_by_rows_with(
+                a,
+                b,
+                Some(|_: usize, part: &mut [MaybeUninit<f32>]| {
+                    for row in part.chunks_exact_mut(cols.max(1)) {
+                        // SAFETY: `row` and `bias` both hold `cols` elements, in different buffers.
+                        std::ptr::copy_nonoverlapping(bias.as_ptr(), row.as_mut_ptr().cast(), cols);
+                    }
+                }),
+            )
         },
         // SAFETY: no `init`: the GEMM writes with `beta = 0`.
         None => unsafe { gemm_by_rows_with(a, b, None::<fn(usize, &mut [MaybeUninit<f32>])>) },
@@ -99,7 +144,9 @@ pub(super) unsafe fn gemm_by_rows_with(
         };
         // SAFETY: `part` holds `n` rows of `cols`; with `beta = 1`, `init` initialised them (the
         // caller's promise).
-        unsafe { gemm_into(a.slice(s![first..first + n, ..]), b, beta, part.as_mut_ptr().cast(), cols) };
+        unsafe {
+            gemm_into(a.slice(s![first..first + n, ..]), b, beta, part.as_mut_ptr().cast(), cols)
+        };
     };
     // SAFETY: the GEMM writes every element of every part, whatever `beta`.
     let [c] = unsafe { new_rows_uninit(rows, [cols], part_rows, fill) };
@@ -107,7 +154,11 @@ pub(super) unsafe fn gemm_by_rows_with(
 }
 
 /// `c += a b` in place, `c` row-major `[a.nrows(), b.ncols()]`, split by rows as [`gemm_by_rows`].
-pub(super) fn gemm_add_by_rows(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayView2<f32>, c: &mut [f32]) {
+pub(super) fn gemm_add_by_rows(
+    a: ndarray::ArrayView2<f32>,
+    b: ndarray::ArrayView2<f32>,
+    c: &mut [f32],
+) {
     use ndarray::s;
     let cols = b.ncols();
     assert_eq!(c.len(), a.nrows() * cols, "c holds a.nrows() rows of b.ncols()");
@@ -137,7 +188,8 @@ fn gemm_part_rows(a: &ndarray::ArrayView2<f32>, cols: usize) -> usize {
     {
         crate::cpu::blas::calling_thread_only();
         // Below ~1 MFLOP a part costs less than handing it to another thread.
-        let threads = rayon::current_num_threads().min(rows.max(1)).min(1 + a.len() * cols / 500_000);
+        let threads =
+            rayon::current_num_threads().min(rows.max(1)).min(1 + a.len() * cols / 500_000);
         rows.div_ceil(threads.max(1))
     }
     #[cfg(not(all(feature = "openblas", not(target_arch = "wasm32"))))]

@@ -54,18 +54,26 @@ pub(crate) use attention::softmax_row;
 pub use attention::{attention, attention_backward, attention_probs, softmax_backward};
 pub use dropout::{dropout_keep, times_keep};
 pub use norm::{layer_norm, layer_norm_backward, layer_norm_output};
-pub use products::{concat, linear, linear_residual, matmul, matmul_merged, split_heads, weight_gradient};
+pub use products::{
+    concat, linear, linear_residual, matmul, matmul_merged, split_heads, weight_gradient,
+};
 pub use residual::{add_residual, descent_step, masked_residual};
 
 /// `x`'s f32 array in standard (row-major, contiguous) layout when `B` is burn-ndarray holding
 /// f32; otherwise `x` itself as the error.
 fn cpu_f32<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<SharedArray<f32>, Tensor<B, D>> {
     let array = cpu_f32_any_layout(x)?;
-    Ok(if array.is_standard_layout() { array } else { array.as_standard_layout().into_owned().into_shared() })
+    Ok(if array.is_standard_layout() {
+        array
+    } else {
+        array.as_standard_layout().into_owned().into_shared()
+    })
 }
 
 /// [`cpu_f32`] without the copy to standard layout: a transposed view stays one.
-fn cpu_f32_any_layout<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<SharedArray<f32>, Tensor<B, D>> {
+fn cpu_f32_any_layout<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+) -> Result<SharedArray<f32>, Tensor<B, D>> {
     let primitive = match x.into_primitive() {
         TensorPrimitive::Float(p) => p,
         quantized => return Err(Tensor::from_primitive(quantized)),
@@ -93,7 +101,8 @@ fn from_cpu_f32<B: Backend, const D: usize>(array: SharedArray<f32>) -> Tensor<B
 /// The box always holds `B`'s own primitive (what [`cpu_f32`] took out, or burn-ndarray's after
 /// `B` was found to be burn-ndarray).
 fn from_any<B: Backend, const D: usize>(boxed: Box<dyn Any>) -> Tensor<B, D> {
-    let primitive = boxed.downcast::<B::FloatTensorPrimitive>().expect("the backend's own primitive");
+    let primitive =
+        boxed.downcast::<B::FloatTensorPrimitive>().expect("the backend's own primitive");
     Tensor::from_primitive(TensorPrimitive::Float(*primitive))
 }
 
@@ -132,15 +141,20 @@ fn rows_in_place<B: Backend, const D: usize, const N: usize>(
     if rows == 0 || arrays.iter().any(|a| a.len() % rows != 0) {
         return Err(from_cpu_f32(out));
     }
-    let inputs: [&[f32]; N] = std::array::from_fn(|i| arrays[i].as_slice().expect("standard layout"));
+    let inputs: [&[f32]; N] =
+        std::array::from_fn(|i| arrays[i].as_slice().expect("standard layout"));
     let block_rows = (1usize << 14).div_ceil(width.max(1));
     let run = |(block, chunk): (usize, &mut [f32])| {
         let first = block * block_rows;
         let n = chunk.len() / width.max(1);
-        kernel(first, chunk, inputs.map(|x| {
-            let w = x.len() / rows;
-            &x[first * w..(first + n) * w]
-        }));
+        kernel(
+            first,
+            chunk,
+            inputs.map(|x| {
+                let w = x.len() / rows;
+                &x[first * w..(first + n) * w]
+            }),
+        );
     };
     let buf = out.as_slice_mut().expect("standard layout is contiguous");
     #[cfg(not(target_arch = "wasm32"))]
@@ -182,7 +196,8 @@ pub fn elementwise_in_place<B: Backend, const D: usize, const W: usize, const R:
     let arrays = written.map(cpu_f32);
     let inputs = read.map(|t| cpu_f32(t.clone()).ok());
     let shape = arrays.first().and_then(|a| a.as_ref().ok()).map(|a| a.shape().to_vec());
-    let fits = |a: Option<&SharedArray<f32>>| a.is_some_and(|a| shape.as_deref() == Some(a.shape()));
+    let fits =
+        |a: Option<&SharedArray<f32>>| a.is_some_and(|a| shape.as_deref() == Some(a.shape()));
     if !(arrays.iter().all(|a| fits(a.as_ref().ok())) && inputs.iter().all(|a| fits(a.as_ref()))) {
         return Err(arrays.map(|a| a.map_or_else(|t| t, from_cpu_f32)));
     }
@@ -190,10 +205,18 @@ pub fn elementwise_in_place<B: Backend, const D: usize, const W: usize, const R:
     let inputs = inputs.map(|a| a.expect("checked above"));
     let (block, n) = (block.max(1), shape.map_or(0, |s| s.iter().product::<usize>()));
     {
-        let mut outs = arrays.each_mut().map(|a| a.as_slice_mut().expect("standard layout is contiguous").chunks_mut(block));
-        let mut ins = inputs.each_ref().map(|a| a.as_slice().expect("standard layout").chunks(block));
+        let mut outs = arrays
+            .each_mut()
+            .map(|a| a.as_slice_mut().expect("standard layout is contiguous").chunks_mut(block));
+        let mut ins =
+            inputs.each_ref().map(|a| a.as_slice().expect("standard layout").chunks(block));
         let parts: Vec<_> = (0..n.div_ceil(block))
-            .map(|_| (outs.each_mut().map(|c| c.next().expect("n elements")), ins.each_mut().map(|c| c.next().expect("n elements"))))
+            .map(|_| {
+                (
+                    outs.each_mut().map(|c| c.next().expect("n elements")),
+                    ins.each_mut().map(|c| c.next().expect("n elements")),
+                )
+            })
             .collect();
         let run = |(outs, ins): ([&mut [f32]; W], [&[f32]; R])| kernel(outs, ins);
         #[cfg(not(target_arch = "wasm32"))]
@@ -218,11 +241,14 @@ fn new_rows<const K: usize>(
     kernel: impl Fn(usize, [&mut [f32]; K]) + Send + Sync,
 ) -> [Vec<f32>; K] {
     let zeroed = |first, blocks: [&mut [MaybeUninit<f32>]; K]| {
-        kernel(first, blocks.map(|block| {
-            block.fill(MaybeUninit::new(0.0));
-            // SAFETY: every element was just initialised; MaybeUninit<f32> has f32's layout.
-            unsafe { &mut *(block as *mut [MaybeUninit<f32>] as *mut [f32]) }
-        }))
+        kernel(
+            first,
+            blocks.map(|block| {
+                block.fill(MaybeUninit::new(0.0));
+                // SAFETY: every element was just initialised; MaybeUninit<f32> has f32's layout.
+                unsafe { &mut *(block as *mut [MaybeUninit<f32>] as *mut [f32]) }
+            }),
+        )
     };
     // SAFETY: `zeroed` initialises every element of every block.
     unsafe { new_rows_uninit(rows, widths, block_rows, zeroed) }
@@ -243,7 +269,8 @@ unsafe fn new_rows_uninit<const K: usize>(
     let block_rows = block_rows.max(1);
     let mut buffers: [Vec<f32>; K] = widths.map(|w| Vec::with_capacity(rows * w));
     {
-        let mut parts: Vec<(usize, [&mut [MaybeUninit<f32>]; K])> = Vec::with_capacity(rows.div_ceil(block_rows));
+        let mut parts: Vec<(usize, [&mut [MaybeUninit<f32>]; K])> =
+            Vec::with_capacity(rows.div_ceil(block_rows));
         let mut rests = buffers.each_mut().map(|b| b.spare_capacity_mut());
         for first in (0..rows).step_by(block_rows) {
             let n = block_rows.min(rows - first);

@@ -77,7 +77,12 @@ pub fn layer_norm_backward<B: Backend, const D: usize>(
 
 /// [`layer_norm`]'s output alone, for a forward that keeps nothing for a backward: on the CPU
 /// one pass in place over `x`'s buffer.
-pub fn layer_norm_output<B: Backend, const D: usize>(x: Tensor<B, D>, gamma: Tensor<B, 1>, beta: Option<Tensor<B, 1>>, eps: f64) -> Tensor<B, D> {
+pub fn layer_norm_output<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    beta: Option<Tensor<B, 1>>,
+    eps: f64,
+) -> Tensor<B, D> {
     #[cfg(not(target_arch = "wasm32"))]
     if let Some((y, _, _)) = autodiff::layer_norm(&x, &gamma, beta.as_ref(), eps) {
         return y;
@@ -88,11 +93,18 @@ pub fn layer_norm_output<B: Backend, const D: usize>(x: Tensor<B, D>, gamma: Ten
         _ => None,
     };
     let width = x.dims()[D - 1];
-    let Some((g, b)) = params.filter(|(g, b)| g.len() == width && b.as_ref().is_none_or(|b| b.len() == width)) else {
+    let Some((g, b)) =
+        params.filter(|(g, b)| g.len() == width && b.as_ref().is_none_or(|b| b.len() == width))
+    else {
         return layer_norm(x, gamma, beta, eps).0;
     };
-    let (g, b) = (g.as_slice().expect("standard layout"), b.as_ref().map(|b| b.as_slice().expect("standard layout")));
-    let kernel = |_: usize, out: &mut [f32], _: [&[f32]; 0]| out.chunks_mut(width).for_each(|row| layer_norm_row_in_place(row, g, b, eps));
+    let (g, b) = (
+        g.as_slice().expect("standard layout"),
+        b.as_ref().map(|b| b.as_slice().expect("standard layout")),
+    );
+    let kernel = |_: usize, out: &mut [f32], _: [&[f32]; 0]| {
+        out.chunks_mut(width).for_each(|row| layer_norm_row_in_place(row, g, b, eps))
+    };
     rows_in_place(x, [], kernel).unwrap_or_else(|x| layer_norm(x, gamma, beta, eps).0)
 }
 

@@ -10,7 +10,11 @@ use super::rows_in_place;
 
 /// A sub-block's output joining the residual stream: `x * keep + residual`, with `keep` the
 /// sub-block's dropout mask (`None` when not training). One pass over `x`'s buffer on the CPU.
-pub fn add_residual<B: Backend, const D: usize>(x: Tensor<B, D>, keep: Option<&Tensor<B, D>>, residual: Tensor<B, D>) -> Tensor<B, D> {
+pub fn add_residual<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    keep: Option<&Tensor<B, D>>,
+    residual: Tensor<B, D>,
+) -> Tensor<B, D> {
     let composed = |x: Tensor<B, D>, residual: Tensor<B, D>| match keep {
         Some(keep) => x * keep.clone() + residual,
         None => x + residual,
@@ -27,14 +31,21 @@ pub fn add_residual<B: Backend, const D: usize>(x: Tensor<B, D>, keep: Option<&T
         Some(keep) => rows_in_place(x, [&residual, keep], |_, out, [r, k]| {
             out.iter_mut().zip(r).zip(k).for_each(|((o, r), k)| *o = *o * k + r);
         }),
-        None => rows_in_place(x, [&residual], |_, out, [r]| out.iter_mut().zip(r).for_each(|(o, r)| *o += r)),
+        None => rows_in_place(x, [&residual], |_, out, [r]| {
+            out.iter_mut().zip(r).for_each(|(o, r)| *o += r)
+        }),
     };
     done.unwrap_or_else(|x| composed(x, residual))
 }
 
 /// IM-BERT's residual `(z - h - phi) * mask` in one pass over `phi`'s buffer, with `mask`
 /// `[batch, seq, 1]` (1 on real tokens).
-pub fn masked_residual<B: Backend>(z: &Tensor<B, 3>, h: &Tensor<B, 3>, phi: Tensor<B, 3>, mask: &Tensor<B, 3>) -> Tensor<B, 3> {
+pub fn masked_residual<B: Backend>(
+    z: &Tensor<B, 3>,
+    h: &Tensor<B, 3>,
+    phi: Tensor<B, 3>,
+    mask: &Tensor<B, 3>,
+) -> Tensor<B, 3> {
     #[cfg(not(target_arch = "wasm32"))]
     let phi = match autodiff::masked_residual(z, h, phi, mask) {
         Ok(r) => return r,
@@ -49,11 +60,17 @@ pub fn masked_residual<B: Backend>(z: &Tensor<B, 3>, h: &Tensor<B, 3>, phi: Tens
             }
         }
     };
-    rows_in_place(phi, [z, h, mask], kernel).unwrap_or_else(|phi| (z.clone() - h.clone() - phi) * mask.clone())
+    rows_in_place(phi, [z, h, mask], kernel)
+        .unwrap_or_else(|phi| (z.clone() - h.clone() - phi) * mask.clone())
 }
 
 /// A gradient-descent step `z - step * (r - jtr)` in one pass over `jtr`'s buffer.
-pub fn descent_step<B: Backend>(z: &Tensor<B, 3>, r: &Tensor<B, 3>, jtr: Tensor<B, 3>, step: f64) -> Tensor<B, 3> {
+pub fn descent_step<B: Backend>(
+    z: &Tensor<B, 3>,
+    r: &Tensor<B, 3>,
+    jtr: Tensor<B, 3>,
+    step: f64,
+) -> Tensor<B, 3> {
     #[cfg(not(target_arch = "wasm32"))]
     let jtr = match autodiff::descent_step(z, r, jtr, step) {
         Ok(z) => return z,
@@ -65,5 +82,6 @@ pub fn descent_step<B: Backend>(z: &Tensor<B, 3>, r: &Tensor<B, 3>, jtr: Tensor<
             *o = z - step_f32 * (r - *o);
         }
     };
-    rows_in_place(jtr, [z, r], kernel).unwrap_or_else(|jtr| z.clone() - (r.clone() - jtr).mul_scalar(step))
+    rows_in_place(jtr, [z, r], kernel)
+        .unwrap_or_else(|jtr| z.clone() - (r.clone() - jtr).mul_scalar(step))
 }

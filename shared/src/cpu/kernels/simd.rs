@@ -49,8 +49,13 @@ pub(super) fn exp_f32(x: f32) -> f32 {
     let p = p * r + 0.166_666_65;
     let p = p * r + 0.5;
     let e_r = p * (r * r) + r + 1.0;
-    let two_n = f32::from_bits(shifted.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23);
-    if x < -87.3 { 0.0 } else { e_r * two_n }
+    let two_n =
+        f32::from_bits(shifted.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23);
+    if x < -87.3 {
+        0.0
+    } else {
+        e_r * two_n
+    }
 }
 
 /// `f(acc, x)` folded over `x` in 8 independent lanes, then the lanes: a sum or max the compiler
@@ -88,7 +93,9 @@ pub(super) fn sum_f64_lanes(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
 pub(super) fn cdf_f32(x: f32) -> f32 {
     let z = (x * std::f32::consts::FRAC_1_SQRT_2).abs();
     let t = 1.0 / (1.0 + 0.327_591_1 * z);
-    let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152 + t * 1.061_405_4))));
+    let poly = t
+        * (0.254_829_6
+            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152 + t * 1.061_405_4))));
     let erf = (1.0 - poly * exp_f32(-z * z)).copysign(x);
     0.5 * (1.0 + erf)
 }

@@ -21,7 +21,11 @@ type Cpu = NdArray<f32>;
 /// these tests can fix it to f32 (burn's softmax does), whatever order the tests run in.
 fn f32_tensor<B: Backend, const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<B, D> {
     // An error means the policy is already fixed, to f64: the only other backend used here.
-    let _ = burn::tensor::set_default_dtypes::<NdArray<f64>>(&Default::default(), DType::F64, DType::I64);
+    let _ = burn::tensor::set_default_dtypes::<NdArray<f64>>(
+        &Default::default(),
+        DType::F64,
+        DType::I64,
+    );
     Tensor::from_data(TensorData::new(values, shape), (&Default::default(), DType::F32))
 }
 
@@ -50,7 +54,9 @@ pub(super) fn noise(n: usize, scale: f32) -> Vec<f32> {
 pub(super) fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     // A NaN anywhere makes the result NaN, so the callers' asserts fail.
-    a.iter().zip(b).fold(0.0, |m, (x, y)| if (x - y).is_nan() { f32::NAN } else { m.max((x - y).abs()) })
+    a.iter()
+        .zip(b)
+        .fold(0.0, |m, (x, y)| if (x - y).is_nan() { f32::NAN } else { m.max((x - y).abs()) })
 }
 
 /// The f32 kernel against f64 `erf` on the same inputs.
@@ -72,7 +78,8 @@ fn dropout_keep_mask_is_seeded_and_keeps_one_minus_p() {
     println!("kept share {kept:.4}");
     assert!((kept - 0.9).abs() < 0.006, "kept {kept}");
     // Neighbouring elements are independent: no pair pattern beyond chance.
-    let both_dropped = a.chunks(2).filter(|p| p[0] == 0.0 && p[1] == 0.0).count() as f64 / (a.len() / 2) as f64;
+    let both_dropped =
+        a.chunks(2).filter(|p| p[0] == 0.0 && p[1] == 0.0).count() as f64 / (a.len() / 2) as f64;
     assert!((both_dropped - 0.01).abs() < 0.003, "both of a pair dropped: {both_dropped}");
 }
 
@@ -120,7 +127,10 @@ fn softmax_row_matches_f64_and_keeps_nan() {
         let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
         for (&o, &v) in ours.iter().zip(&row) {
             let exact = (v as f64 - max).exp() / sum;
-            assert!((o as f64 - exact).abs() <= 1e-6 * exact.max(1e-3), "width {width}: {o} vs {exact}");
+            assert!(
+                (o as f64 - exact).abs() <= 1e-6 * exact.max(1e-3),
+                "width {width}: {o} vs {exact}"
+            );
         }
     }
     let mut masked = vec![0.5, -1e9, 2.0, -1e9];
@@ -137,7 +147,11 @@ type Train = Autodiff<Cpu>;
 type Reference = Autodiff<NdArray<f64>>;
 
 /// `values` as a tensor of `dtype` (burn converts on creation).
-fn tensor_of<B: Backend, const D: usize>(values: Vec<f32>, shape: [usize; D], dtype: DType) -> Tensor<B, D> {
+fn tensor_of<B: Backend, const D: usize>(
+    values: Vec<f32>,
+    shape: [usize; D],
+    dtype: DType,
+) -> Tensor<B, D> {
     let _ = f32_tensor::<Cpu, 1>(vec![0.0], [1]); // pins the default dtype first, see there
     Tensor::from_data(TensorData::new(values, shape), (&Default::default(), dtype))
 }
@@ -147,13 +161,26 @@ fn input_values(shape: &[usize], i: usize, scale: f32) -> Vec<f32> {
     noise(shape.iter().product::<usize>() + i, scale)[i..].to_vec()
 }
 
-fn inputs<B: Backend, const D: usize>(shapes: &[[usize; D]], scale: f32, dtype: DType) -> Vec<Tensor<B, D>> {
-    shapes.iter().enumerate().map(|(i, s)| tensor_of(input_values(s, i, scale), *s, dtype)).collect()
+fn inputs<B: Backend, const D: usize>(
+    shapes: &[[usize; D]],
+    scale: f32,
+    dtype: DType,
+) -> Vec<Tensor<B, D>> {
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| tensor_of(input_values(s, i, scale), *s, dtype))
+        .collect()
 }
 
 /// [`inputs`] as leaves, those marked in `tracked` asking for a gradient (a constant input,
 /// such as a mask, must not: the kernel nodes leave those to burn's ops).
-fn leaves<B: AutodiffBackend, const D: usize>(shapes: &[[usize; D]], scale: f32, dtype: DType, tracked: &[bool]) -> Vec<Tensor<B, D>> {
+fn leaves<B: AutodiffBackend, const D: usize>(
+    shapes: &[[usize; D]],
+    scale: f32,
+    dtype: DType,
+    tracked: &[bool],
+) -> Vec<Tensor<B, D>> {
     let all = inputs::<B, D>(shapes, scale, dtype);
     all.into_iter().zip(tracked).map(|(t, &grad)| if grad { t.require_grad() } else { t }).collect()
 }
@@ -177,7 +204,8 @@ macro_rules! check_kernel {
         let reference_out = $reference;
         let dims = reference_out.dims();
         let r = input_values(&dims, 7, 1.0);
-        let reference_grads = (reference_out.clone() * tensor_of(r.clone(), dims, DType::F64)).sum().backward();
+        let reference_grads =
+            (reference_out.clone() * tensor_of(r.clone(), dims, DType::F64)).sum().backward();
         let want = values(reference_out);
 
         let $t = inputs::<Cpu, _>(shapes, $scale, DType::F32);
@@ -193,7 +221,8 @@ macro_rules! check_kernel {
         assert!(e < tol, "training output differs: {e:.1e}");
         let grads = (out * tensor_of(r, dims, DType::F32)).sum().backward();
         for (i, leaf) in train_leaves.iter().enumerate().filter(|(i, _)| tracked[*i]) {
-            let want = values(reference_leaves[i].grad(&reference_grads).expect("a reference gradient"));
+            let want =
+                values(reference_leaves[i].grad(&reference_grads).expect("a reference gradient"));
             assert!(want.iter().any(|v| v.abs() > 1e-6), "no gradient reaches input {i}");
             let e = rel_error(&values(leaf.grad(&grads).expect("a kernel gradient")), &want);
             println!("input {i}: relative gradient error {e:.1e}");
@@ -205,7 +234,8 @@ macro_rules! check_kernel {
 /// Padding bias `[2, 1, 1, 7]` of `like`'s dtype: the last two keys of the first item and
 /// the last of the second.
 fn padding_bias<B: Backend>(like: &Tensor<B, 4>) -> Tensor<B, 4> {
-    let bias: Vec<f32> = (0..14).map(|i| if i == 5 || i == 6 || i == 13 { -1.0e9 } else { 0.0 }).collect();
+    let bias: Vec<f32> =
+        (0..14).map(|i| if i == 5 || i == 6 || i == 13 { -1.0e9 } else { 0.0 }).collect();
     tensor_of(bias, [2, 1, 1, 7], like.dtype())
 }
 
@@ -226,7 +256,10 @@ fn pdf_reference<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 }
 
 /// LayerNorm's `(x_hat, rstd)` from `mean` and the biased variance.
-fn normalise_reference<B: Backend, const D: usize>(x: Tensor<B, D>, eps: f64) -> (Tensor<B, D>, Tensor<B, D>) {
+fn normalise_reference<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    eps: f64,
+) -> (Tensor<B, D>, Tensor<B, D>) {
     let centred = x.clone() - x.mean_dim(D - 1);
     let rstd = (centred.clone() * centred.clone()).mean_dim(D - 1).add_scalar(eps).sqrt().recip();
     (centred * rstd.clone(), rstd)
@@ -255,7 +288,11 @@ fn linear_kernel_matches_reference() {
     check_kernel!([[2, 5, 40], [1, 24, 40]], scale 1.0, tracked [true; 2], tol 2e-5,
         kernel |t| linear(t[0].clone(), t[1].clone().reshape([24, 40]).transpose(), None),
         reference |t| t[0].clone().matmul(t[1].clone().swap_dims(1, 2)));
-    let y = linear(f32_tensor::<Cpu, 3>(noise(80, 1.0), [2, 1, 40]), f32_tensor(noise(40 * 24, 1.0), [40, 24]), None);
+    let y = linear(
+        f32_tensor::<Cpu, 3>(noise(80, 1.0), [2, 1, 40]),
+        f32_tensor(noise(40 * 24, 1.0), [40, 24]),
+        None,
+    );
     assert_eq!(y.dims(), [2, 1, 24]);
 }
 
@@ -319,7 +356,8 @@ fn gemm_into_matches_definition_on_every_layout() {
         ("reversed", a.slice(s![..;-1, ..k])),
     ];
     let b_row_major = bt.t().to_owned();
-    let b_views: [(&str, ArrayView2<f32>); 2] = [("row-major", b_row_major.view()), ("transposed", bt.t())];
+    let b_views: [(&str, ArrayView2<f32>); 2] =
+        [("row-major", b_row_major.view()), ("transposed", bt.t())];
     for (a_name, av) in &a_views {
         for (b_name, bv) in &b_views {
             for beta in [0.0f32, 1.0] {
@@ -330,12 +368,18 @@ fn gemm_into_matches_definition_on_every_layout() {
                     for j in 0..ldc {
                         let got = c[i * ldc + j];
                         if j >= n {
-                            assert!(got.is_nan() || got == start, "column {j} past the product was written");
+                            assert!(
+                                got.is_nan() || got == start,
+                                "column {j} past the product was written"
+                            );
                             continue;
                         }
                         let dot: f64 = (0..k).map(|l| av[[i, l]] as f64 * bv[[l, j]] as f64).sum();
                         let want = if beta == 0.0 { dot } else { dot + start as f64 };
-                        assert!((got as f64 - want).abs() < 1e-5, "{a_name} x {b_name}, beta {beta}: [{i}, {j}] {got} vs {want}");
+                        assert!(
+                            (got as f64 - want).abs() < 1e-5,
+                            "{a_name} x {b_name}, beta {beta}: [{i}, {j}] {got} vs {want}"
+                        );
                     }
                 }
             }
@@ -359,10 +403,16 @@ fn head_split_and_merge_match_composed() {
     // The VJP's products into one `[dq dk dv]`, transposed and strided operands included.
     let s = f32_tensor::<Cpu, 4>(noise(batch * heads * seq * seq, 1.0), [batch, heads, seq, seq]);
     let [q, k, v] = [0, 1, 2].map(|part| split_heads(qkv.clone(), 3, part, heads));
-    let products = vec![(s.clone(), k.clone()), (s.clone().swap_dims(2, 3), q.clone()), (s.clone(), v.clone())];
+    let products = vec![
+        (s.clone(), k.clone()),
+        (s.clone().swap_dims(2, 3), q.clone()),
+        (s.clone(), v.clone()),
+    ];
     let ours = matmul_merged(products.clone());
     assert_eq!(ours.dims(), [batch, seq, 3 * hidden]);
-    let merge = |(a, b): (Tensor<Cpu, 4>, Tensor<Cpu, 4>)| a.matmul(b).swap_dims(1, 2).reshape([batch, seq, hidden]);
+    let merge = |(a, b): (Tensor<Cpu, 4>, Tensor<Cpu, 4>)| {
+        a.matmul(b).swap_dims(1, 2).reshape([batch, seq, hidden])
+    };
     let burn = Tensor::cat(products.into_iter().map(merge).collect(), 2);
     let diff = max_abs_diff(&values(ours), &values(burn));
     assert!(diff < 1e-5, "{diff}");
@@ -379,18 +429,27 @@ fn fused_attention_matches_reference() {
     let [q, k, v] = [0, 1, 2].map(|part| split_heads(qkv.clone(), 3, part, heads));
     let (bias, scale) = (padding_bias(&q), 0.5);
     let merge = |x: Tensor<Cpu, 4>| x.swap_dims(1, 2).reshape([batch, seq, hidden]);
-    let probs = softmax_reference(q.clone().matmul(k.clone().swap_dims(2, 3)).mul_scalar(scale) + bias.clone());
+    let probs = softmax_reference(
+        q.clone().matmul(k.clone().swap_dims(2, 3)).mul_scalar(scale) + bias.clone(),
+    );
     let context = merge(probs.clone().matmul(v.clone()));
-    let (fused_context, fused_probs) = attention(&q, &k, &v, &bias, scale, true).expect("CPU f32 data");
+    let (fused_context, fused_probs) =
+        attention(&q, &k, &v, &bias, scale, true).expect("CPU f32 data");
     assert!(max_abs_diff(&values(fused_context.clone()), &values(context.clone())) < 1e-6);
     assert!(max_abs_diff(&values(fused_probs.expect("kept")), &values(probs.clone())) < 1e-7);
     let (unkept_context, none) = attention(&q, &k, &v, &bias, scale, false).expect("CPU f32 data");
     assert!(none.is_none());
     assert_eq!(values(unkept_context), values(fused_context));
 
-    let dcontext = split_heads(f32_tensor::<Cpu, 3>(noise(batch * seq * hidden, 1.0), [batch, seq, hidden]), 1, 0, heads);
+    let dcontext = split_heads(
+        f32_tensor::<Cpu, 3>(noise(batch * seq * hidden, 1.0), [batch, seq, hidden]),
+        1,
+        0,
+        heads,
+    );
     let dprobs = dcontext.clone().matmul(v.clone().swap_dims(2, 3));
-    let dscores = (probs.clone() * (dprobs.clone() - (dprobs * probs.clone()).sum_dim(3))).mul_scalar(scale);
+    let dscores =
+        (probs.clone() * (dprobs.clone() - (dprobs * probs.clone()).sum_dim(3))).mul_scalar(scale);
     let dq = merge(dscores.clone().matmul(k.clone()));
     let dk = merge(dscores.swap_dims(2, 3).matmul(q.clone()));
     let dv = merge(probs.clone().swap_dims(2, 3).matmul(dcontext.clone()));
@@ -486,16 +545,16 @@ fn layer_norm_kernel_matches_reference() {
 fn layer_norm_backward_kernel_matches_reference() {
     let (shapes, eps) = ([[3, 4, 48], [3, 4, 48], [1, 1, 48]], 1e-12);
     check_kernel!(shapes, scale 1.0, tracked [true; 3], tol 2e-5,
-        kernel |t| {
-            let gamma = t[2].clone().reshape([48]);
-            let (_, x_hat, rstd) = layer_norm(t[1].clone().add_scalar(3.0), gamma.clone(), None, eps);
-            layer_norm_backward(t[0].clone(), &x_hat, &rstd, gamma)
-        },
-        reference |t| {
-            let (x_hat, rstd) = normalise_reference(t[1].clone().add_scalar(3.0), eps);
-            let g = t[0].clone() * t[2].clone();
-            (g.clone() - g.clone().mean_dim(2) - x_hat.clone() * (g * x_hat).mean_dim(2)) * rstd
-        });
+    kernel |t| {
+        let gamma = t[2].clone().reshape([48]);
+        let (_, x_hat, rstd) = layer_norm(t[1].clone().add_scalar(3.0), gamma.clone(), None, eps);
+        layer_norm_backward(t[0].clone(), &x_hat, &rstd, gamma)
+    },
+    reference |t| {
+        let (x_hat, rstd) = normalise_reference(t[1].clone().add_scalar(3.0), eps);
+        let g = t[0].clone() * t[2].clone();
+        (g.clone() - g.clone().mean_dim(2) - x_hat.clone() * (g * x_hat).mean_dim(2)) * rstd
+    });
 }
 
 /// The fused LayerNorm against the definition, in f64, on an off-centre input.
@@ -505,7 +564,8 @@ fn layer_norm_kernel_matches_f64_definition() {
     let xs: Vec<f32> = noise(rows * width, 2.0).iter().map(|v| v + 5.0).collect();
     let (gamma, beta) = (noise(width, 1.0), noise(width, 0.5));
     let x = f32_tensor::<Cpu, 3>(xs.clone(), [2, 7, width]);
-    let (g, b) = (f32_tensor::<Cpu, 1>(gamma.clone(), [width]), f32_tensor::<Cpu, 1>(beta.clone(), [width]));
+    let (g, b) =
+        (f32_tensor::<Cpu, 1>(gamma.clone(), [width]), f32_tensor::<Cpu, 1>(beta.clone(), [width]));
     let (y, x_hat, rstd) = layer_norm_cpu_f32(&x, &g, Some(&b), eps).expect("CPU f32 backend");
     assert_eq!(rstd.dims(), [2, 7, 1]);
     let (y, x_hat, rstd) = (values(y), values(x_hat), values(rstd));
@@ -527,11 +587,13 @@ fn layer_norm_kernel_matches_f64_definition() {
 /// The row-copy join equals burn's `cat` on the last axis, for matrices and vectors.
 #[test]
 fn concat_matches_burn_cat() {
-    let parts: Vec<Tensor<Cpu, 2>> = [3, 5, 2].iter().map(|&w| f32_tensor::<Cpu, 2>(noise(7 * w, 1.0), [7, w])).collect();
+    let parts: Vec<Tensor<Cpu, 2>> =
+        [3, 5, 2].iter().map(|&w| f32_tensor::<Cpu, 2>(noise(7 * w, 1.0), [7, w])).collect();
     let joined = concat(parts.clone());
     assert_eq!(joined.dims(), [7, 10]);
     assert_eq!(values(joined), values(Tensor::cat(parts, 1)));
-    let vectors: Vec<Tensor<Cpu, 1>> = [4, 1].iter().map(|&w| f32_tensor::<Cpu, 1>(noise(w, 1.0), [w])).collect();
+    let vectors: Vec<Tensor<Cpu, 1>> =
+        [4, 1].iter().map(|&w| f32_tensor::<Cpu, 1>(noise(w, 1.0), [w])).collect();
     assert_eq!(values(concat(vectors.clone())), values(Tensor::cat(vectors, 0)));
 }
 
@@ -544,7 +606,10 @@ fn output_only_kernels_equal_the_cached_ones() {
     let x = f32_tensor::<Cpu, 3>(noise(2 * 7 * width, 3.0), [2, 7, width]);
     let before = values(x.clone());
     assert_eq!(values(gelu_output(x.clone())), values(gelu(x.clone()).0));
-    let (g, b) = (f32_tensor::<Cpu, 1>(noise(width, 1.0), [width]), f32_tensor::<Cpu, 1>(noise(width, 0.5), [width]));
+    let (g, b) = (
+        f32_tensor::<Cpu, 1>(noise(width, 1.0), [width]),
+        f32_tensor::<Cpu, 1>(noise(width, 0.5), [width]),
+    );
     let cached = layer_norm(x.clone(), g.clone(), Some(b.clone()), eps).0;
     assert_eq!(values(layer_norm_output(x.clone(), g.clone(), Some(b), eps)), values(cached));
     let cached = layer_norm(x.clone(), g.clone(), None, eps).0;
@@ -584,19 +649,23 @@ fn normal_cdf_node_gradient_is_the_density() {
 #[test]
 fn elementwise_in_place_updates_cpu_f32_and_hands_back_the_rest() {
     let (a, b) = (noise(1000, 1.0), noise(1001, 1.0)[1..].to_vec());
-    let (x, y) = (f32_tensor::<Cpu, 2>(a.clone(), [10, 100]), f32_tensor::<Cpu, 2>(b.clone(), [10, 100]));
+    let (x, y) =
+        (f32_tensor::<Cpu, 2>(a.clone(), [10, 100]), f32_tensor::<Cpu, 2>(b.clone(), [10, 100]));
     let kernel = |[s, p]: [&mut [f32]; 2], [y]: [&[f32]; 1]| {
         s.iter_mut().zip(p.iter_mut()).zip(y).for_each(|((s, p), y)| (*s, *p) = (*s + y, *p * y));
     };
-    let [sum, product] = elementwise_in_place([x.clone(), x.clone()], [&y], 64, kernel).expect("CPU f32 data");
+    let [sum, product] =
+        elementwise_in_place([x.clone(), x.clone()], [&y], 64, kernel).expect("CPU f32 data");
     assert_eq!(values(sum), a.iter().zip(&b).map(|(a, b)| a + b).collect::<Vec<_>>());
     assert_eq!(values(product), a.iter().zip(&b).map(|(a, b)| a * b).collect::<Vec<_>>());
     assert_eq!(values(x.clone()), a);
     let other_shape = f32_tensor::<Cpu, 2>(b.clone(), [100, 10]);
-    let [back, _] = elementwise_in_place([x.clone(), x], [&other_shape], 64, kernel).expect_err("shapes differ");
+    let [back, _] = elementwise_in_place([x.clone(), x], [&other_shape], 64, kernel)
+        .expect_err("shapes differ");
     assert_eq!(values(back), a);
     let f64_data = tensor_of::<NdArray<f64>, 2>(a.clone(), [10, 100], DType::F64);
     let y64 = tensor_of::<NdArray<f64>, 2>(b, [10, 100], DType::F64);
-    let [back, _] = elementwise_in_place([f64_data.clone(), f64_data], [&y64], 64, kernel).expect_err("f64 data");
+    let [back, _] = elementwise_in_place([f64_data.clone(), f64_data], [&y64], 64, kernel)
+        .expect_err("f64 data");
     assert_eq!(values(back), a);
 }

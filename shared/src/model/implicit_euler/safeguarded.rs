@@ -19,10 +19,10 @@ use crate::model::layer::{BertLayer, LayerCache, LayerContext};
 /// One point of the solve: `z`, the layer's cache there, `r = (z - h - phi(z)) * mask` and
 /// `||r||^2` per example.
 struct Iterate<B: Backend> {
-    z: Tensor<B, 3>,        // [batch, seq, hidden]
+    z: Tensor<B, 3>, // [batch, seq, hidden]
     cache: LayerCache<B>,
-    r: Tensor<B, 3>,        // [batch, seq, hidden]
-    norm: Tensor<B, 1>,     // [batch]
+    r: Tensor<B, 3>,    // [batch, seq, hidden]
+    norm: Tensor<B, 1>, // [batch]
 }
 
 /// What one solve shares: the layer, its input and the padding mask.
@@ -45,14 +45,17 @@ impl<B: Backend> Problem<'_, B> {
 /// A few examples of a `Problem`, off the graph: where backtracking searches for a step.
 struct Rows<'a, B: Backend> {
     phi: &'a BertLayer<B>,
-    h_prev: Tensor<B, 3>,   // [rows, seq, hidden]
+    h_prev: Tensor<B, 3>, // [rows, seq, hidden]
     ctx: LayerContext<B>,
     token_mask: Tensor<B, 3>, // [rows, seq, 1]
 }
 
 impl<'a, B: Backend> Rows<'a, B> {
     fn of(problem: &Problem<'a, B>, rows: &[usize]) -> Self {
-        let ctx = LayerContext { attention_bias: select_rows(problem.ctx.attention_bias.clone(), rows), ..problem.ctx.clone() };
+        let ctx = LayerContext {
+            attention_bias: select_rows(problem.ctx.attention_bias.clone(), rows),
+            ..problem.ctx.clone()
+        };
         Rows {
             phi: problem.phi,
             h_prev: select_rows(problem.h_prev.clone().detach(), rows),
@@ -111,7 +114,8 @@ impl ImplicitEuler {
         let batch = h_prev.dims()[0];
         let device = h_prev.device();
         // z_0 = h_{t-1} + phi_t(h_{t-1}): the explicit Euler step, as in the fixed loop.
-        let mut state = problem.at(add_residual(phi.forward(h_prev.clone(), ctx), None, h_prev.clone()));
+        let mut state =
+            problem.at(add_residual(phi.forward(h_prev.clone(), ctx), None, h_prev.clone()));
         let first_norm = state.norm.clone().detach();
         let mut residuals = Vec::new();
         let mut step_sizes = Vec::new();
@@ -122,7 +126,9 @@ impl ImplicitEuler {
         for _ in 0..self.iterations {
             // 1 where the example still iterates.
             let active = match self.tolerance {
-                Some(tol) => state.norm.clone().detach().greater(first_norm.clone().mul_scalar(tol)).float(),
+                Some(tol) => {
+                    state.norm.clone().detach().greater(first_norm.clone().mul_scalar(tol)).float()
+                }
                 None => Tensor::ones([batch], &device),
             };
             if self.tolerance.is_some() && !options.decide_on_device && none_active(&active) {
@@ -135,10 +141,13 @@ impl ImplicitEuler {
             let gamma = active.clone().mul_scalar(self.gamma);
             let (next, taken) = match self.step_rule {
                 StepRule::Fixed => {
-                    let z = state.z.clone() - direction * per_example(gamma.clone().mul_scalar(2.0));
+                    let z =
+                        state.z.clone() - direction * per_example(gamma.clone().mul_scalar(2.0));
                     (problem.at(z), gamma)
                 }
-                StepRule::Backtrack if options.decide_on_device => backtrack_on_device(&problem, &state, direction, gamma, &active),
+                StepRule::Backtrack if options.decide_on_device => {
+                    backtrack_on_device(&problem, &state, direction, gamma, &active)
+                }
                 StepRule::Backtrack => backtrack(&problem, &state, direction, gamma, &active),
             };
             state = next;
@@ -174,7 +183,8 @@ fn backtrack<B: Backend>(
     let old_norm = host(&state.norm);
     let device = state.z.device();
     let active = host(active);
-    let full = problem.at(state.z.clone() - direction.clone() * per_example(gamma.clone().mul_scalar(2.0)));
+    let full = problem
+        .at(state.z.clone() - direction.clone() * per_example(gamma.clone().mul_scalar(2.0)));
     let full_norm = host(&full.norm);
     let overshoots = |i: usize| active[i] != 0.0 && full_norm[i] > old_norm[i];
     let mut pending: Vec<usize> = (0..old_norm.len()).filter(|&i| overshoots(i)).collect();
@@ -182,7 +192,8 @@ fn backtrack<B: Backend>(
         return (full, gamma);
     }
     let gamma = host(&gamma);
-    let mut taken: Vec<f64> = (0..gamma.len()).map(|i| if overshoots(i) { 0.0 } else { gamma[i] }).collect();
+    let mut taken: Vec<f64> =
+        (0..gamma.len()).map(|i| if overshoots(i) { 0.0 } else { gamma[i] }).collect();
     let (z, direction_value) = (state.z.clone().detach(), direction.clone().detach());
     let mut fraction = 1.0;
     for _ in 0..MAX_HALVINGS {
@@ -190,7 +201,8 @@ fn backtrack<B: Backend>(
         let rows = Rows::of(problem, &pending);
         let steps: Vec<f64> = pending.iter().map(|&i| 2.0 * fraction * gamma[i]).collect();
         let trial = select_rows(z.clone(), &pending)
-            - select_rows(direction_value.clone(), &pending) * per_example(from_host(steps, &device));
+            - select_rows(direction_value.clone(), &pending)
+                * per_example(from_host(steps, &device));
         let norms = host(&rows.squared_norms(trial));
         for (&i, norm) in pending.iter().zip(&norms) {
             if *norm <= old_norm[i] {
@@ -227,7 +239,8 @@ fn backtrack_on_device<B: Backend>(
     let mut step = gamma;
     for _ in 0..=MAX_HALVINGS {
         let trial = z.clone() - direction_value.clone() * per_example(step.clone().mul_scalar(2.0));
-        let accepted = all.squared_norms(trial).lower_equal(old_norm.clone()).float() * pending.clone(); // 0/1 per example
+        let accepted =
+            all.squared_norms(trial).lower_equal(old_norm.clone()).float() * pending.clone(); // 0/1 per example
         taken = taken + accepted.clone() * step.clone();
         pending = pending - accepted;
         step = step.mul_scalar(0.5);
@@ -249,18 +262,36 @@ mod tests {
     type B = Autodiff<NdArray<f64>>;
 
     /// A small layer and three sentences of 5, 3 and 4 tokens: `(phi, ctx, token_mask, h)`.
-    fn fixture<C: burn::tensor::backend::Backend>() -> (BertLayer<C>, LayerContext<C>, Tensor<C, 3>, Tensor<C, 3>) {
+    fn fixture<C: burn::tensor::backend::Backend>(
+    ) -> (BertLayer<C>, LayerContext<C>, Tensor<C, 3>, Tensor<C, 3>) {
         let device = Default::default();
-        let config = BertConfig { hidden_size: 12, num_attention_heads: 3, intermediate_size: 20, ..BertConfig::tiny() };
+        let config = BertConfig {
+            hidden_size: 12,
+            num_attention_heads: 3,
+            intermediate_size: 20,
+            ..BertConfig::tiny()
+        };
         let lengths = [5usize, 3, 4];
-        let bias: Vec<f64> = lengths.iter().flat_map(|&n| (0..5).map(move |j| if j < n { 0.0 } else { MASKED_SCORE as f64 })).collect();
-        let mask: Vec<f64> = lengths.iter().flat_map(|&n| (0..5).map(move |j| if j < n { 1.0 } else { 0.0 })).collect();
+        let bias: Vec<f64> = lengths
+            .iter()
+            .flat_map(|&n| (0..5).map(move |j| if j < n { 0.0 } else { MASKED_SCORE as f64 }))
+            .collect();
+        let mask: Vec<f64> = lengths
+            .iter()
+            .flat_map(|&n| (0..5).map(move |j| if j < n { 1.0 } else { 0.0 }))
+            .collect();
         let ctx = LayerContext {
-            attention_bias: Tensor::from_data(TensorData::new(bias, [3, 1, 1, 5]).convert::<C::FloatElem>(), &device),
+            attention_bias: Tensor::from_data(
+                TensorData::new(bias, [3, 1, 1, 5]).convert::<C::FloatElem>(),
+                &device,
+            ),
             hidden_dropout: 0.0,
             attention_dropout: 0.0,
         };
-        let token_mask = Tensor::<C, 3>::from_data(TensorData::new(mask, [3, 5, 1]).convert::<C::FloatElem>(), &device);
+        let token_mask = Tensor::<C, 3>::from_data(
+            TensorData::new(mask, [3, 5, 1]).convert::<C::FloatElem>(),
+            &device,
+        );
         let h = Tensor::<C, 3>::random([3, 5, 12], Distribution::Normal(0.0, 1.0), &device);
         (BertLayer::new(&config, &device), ctx, token_mask, h)
     }
@@ -273,15 +304,18 @@ mod tests {
         let problem = Problem { phi: &phi, h_prev: &h, ctx: &ctx, token_mask: &token_mask };
         let state = problem.at(h.clone() + phi.forward(h.clone(), &ctx));
         let gradient = InnerGradient::Detached;
-        let direction = gradient.update_residual(&state.r) - gradient.jtr(&phi, &state.cache, &state.r);
+        let direction =
+            gradient.update_residual(&state.r) - gradient.jtr(&phi, &state.cache, &state.r);
         let device = Default::default();
         let active = Tensor::<NdArray<f64>, 1>::from_floats([1.0, 1.0, 0.0], &device);
         let mut halvings = 0;
         for gamma in [0.01, 1.0, 4.0, 64.0] {
             let full = gamma;
             let gamma = active.clone().mul_scalar(gamma);
-            let (on_host, host_steps) = backtrack(&problem, &state, direction.clone(), gamma.clone(), &active);
-            let (on_device, device_steps) = backtrack_on_device(&problem, &state, direction.clone(), gamma, &active);
+            let (on_host, host_steps) =
+                backtrack(&problem, &state, direction.clone(), gamma.clone(), &active);
+            let (on_device, device_steps) =
+                backtrack_on_device(&problem, &state, direction.clone(), gamma, &active);
             let (host_steps, device_steps) = (host(&host_steps), host(&device_steps));
             assert_eq!(host_steps, device_steps);
             assert_eq!(host_steps[2], 0.0, "an inactive example stays");
@@ -297,24 +331,51 @@ mod tests {
     fn backtracked_gradient_is_the_derivative_of_the_path_taken() {
         let device = Default::default();
         let (phi, ctx, token_mask, h) = fixture::<B>();
-        let Connection::Implicit(im) = ConnectionSpec::parse("im:T=3,gamma=4,grad=exact,step=backtrack").unwrap().connection else {
+        let Connection::Implicit(im) =
+            ConnectionSpec::parse("im:T=3,gamma=4,grad=exact,step=backtrack").unwrap().connection
+        else {
             unreachable!()
         };
-        let weights = Tensor::<B, 3>::random([3, 5, 12], Distribution::Normal(0.0, 1.0), &device) * token_mask.clone();
-        let direction = Tensor::<B, 3>::random([3, 5, 12], Distribution::Normal(0.0, 1.0), &device) * token_mask.clone();
-        let loss = |h: Tensor<B, 3>| (im.step(&phi, h, &ctx, &token_mask, SolveOptions::default()).hidden_states * weights.clone()).sum();
+        let weights = Tensor::<B, 3>::random([3, 5, 12], Distribution::Normal(0.0, 1.0), &device)
+            * token_mask.clone();
+        let direction = Tensor::<B, 3>::random([3, 5, 12], Distribution::Normal(0.0, 1.0), &device)
+            * token_mask.clone();
+        let loss = |h: Tensor<B, 3>| {
+            (im.step(&phi, h, &ctx, &token_mask, SolveOptions::default()).hidden_states
+                * weights.clone())
+            .sum()
+        };
 
-        let solve = im.step(&phi, h.clone(), &ctx, &token_mask, SolveOptions { record: true, ..Default::default() });
-        let steps: Vec<f64> = solve.step_sizes.iter().flat_map(|s| s.clone().into_data().into_vec::<f64>().unwrap()).collect();
-        assert!(steps.iter().any(|&s| s < 4.0), "gamma 4 should need a halving somewhere: {steps:?}");
+        let solve = im.step(
+            &phi,
+            h.clone(),
+            &ctx,
+            &token_mask,
+            SolveOptions { record: true, ..Default::default() },
+        );
+        let steps: Vec<f64> = solve
+            .step_sizes
+            .iter()
+            .flat_map(|s| s.clone().into_data().into_vec::<f64>().unwrap())
+            .collect();
+        assert!(
+            steps.iter().any(|&s| s < 4.0),
+            "gamma 4 should need a halving somewhere: {steps:?}"
+        );
 
         let h_tracked = h.clone().require_grad();
         let grads = loss(h_tracked.clone()).backward();
-        let analytic: f64 = (h_tracked.grad(&grads).unwrap() * direction.clone().inner()).sum().into_scalar();
+        let analytic: f64 =
+            (h_tracked.grad(&grads).unwrap() * direction.clone().inner()).sum().into_scalar();
         let eps = 1e-6;
-        let at = |sign: f64| -> f64 { loss(h.clone() + direction.clone().mul_scalar(sign * eps)).into_scalar() };
+        let at = |sign: f64| -> f64 {
+            loss(h.clone() + direction.clone().mul_scalar(sign * eps)).into_scalar()
+        };
         let numeric = (at(1.0) - at(-1.0)) / (2.0 * eps);
         let rel = (analytic - numeric).abs() / numeric.abs().max(1e-12);
-        assert!(rel < 1e-5, "autodiff {analytic} vs central differences {numeric} (relative {rel:.1e})");
+        assert!(
+            rel < 1e-5,
+            "autodiff {analytic} vs central differences {numeric} (relative {rel:.1e})"
+        );
     }
 }

@@ -3,10 +3,10 @@
 use super::textfooler::{argmax, render, softmax};
 use super::*;
 use crate::data::Example;
+use crate::io::tokenizer::BertTokenizer;
+use crate::rng::SplitMix64;
 use crate::robustness::neighbours::WordNeighbours;
 use crate::robustness::perturb::word_spans;
-use crate::rng::SplitMix64;
-use crate::io::tokenizer::BertTokenizer;
 use crate::{BertClassifier, BertConfig};
 use burn::backend::NdArray;
 use burn::module::{Module, ModuleMapper, Param};

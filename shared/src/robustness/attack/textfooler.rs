@@ -4,10 +4,10 @@ use burn::tensor::backend::Backend;
 
 use super::{AttackConfig, AttackResult, AttackStatus, PairField, Substitution};
 use crate::data::Example;
+use crate::io::tokenizer::BertTokenizer;
 use crate::model::{BertClassifier, ForwardOptions};
 use crate::robustness::neighbours::WordNeighbours;
 use crate::robustness::perturb::{is_substitutable, match_case, word_spans, WordSpan};
-use crate::io::tokenizer::BertTokenizer;
 use crate::Error;
 
 /// The attack, bound to a model, its tokenizer and its embedding neighbours.

@@ -6,8 +6,8 @@ use super::edit::{apply, choose, Replacement};
 use super::{
     is_stop_word, is_substitutable, match_case, word_spans, EditKind, Perturbation, WordSpan,
 };
-use crate::robustness::neighbours::WordNeighbours;
 use crate::rng::SplitMix64;
+use crate::robustness::neighbours::WordNeighbours;
 
 /// Replaces up to `n` content words by one of their `k` nearest neighbours in the model's word
 /// embeddings with cosine >= `min_cosine` (drawn uniformly), in the original word's case.

@@ -38,7 +38,10 @@ pub(in crate::cpu::kernels) fn linear<B: Backend, const D: usize>(
 }
 
 /// [`kernels::matmul`]: `da = g b^T`, `db = a^T g`, both GEMMs on transposed views.
-pub(in crate::cpu::kernels) fn matmul<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+pub(in crate::cpu::kernels) fn matmul<B: Backend>(
+    a: &Tensor<B, 4>,
+    b: &Tensor<B, 4>,
+) -> Option<Tensor<B, 4>> {
     let (at, bt) = (unwrap(a)?, unwrap(b)?);
     let (a, b) = (inner::<4>(&at), inner::<4>(&bt));
     if a.dims()[..2] != b.dims()[..2] {
@@ -55,16 +58,24 @@ pub(in crate::cpu::kernels) fn matmul<B: Backend>(a: &Tensor<B, 4>, b: &Tensor<B
 }
 
 /// [`kernels::normal_cdf`]: `dx = g phi(x)`.
-pub(in crate::cpu::kernels) fn normal_cdf<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Option<Tensor<B, D>> {
+pub(in crate::cpu::kernels) fn normal_cdf<B: Backend, const D: usize>(
+    x: &Tensor<B, D>,
+) -> Option<Tensor<B, D>> {
     let xt = unwrap(x)?;
     let x = inner::<D>(&xt);
     let y = prim(kernels::normal_cdf(x.clone()));
-    Some(wrap(node([&xt], y, move |g, [dx]| [dx.then(|| prim(kernels::normal_cdf_backward(tensor::<D>(g), &x)))])))
+    Some(wrap(node([&xt], y, move |g, [dx]| {
+        [dx.then(|| prim(kernels::normal_cdf_backward(tensor::<D>(g), &x)))]
+    })))
 }
 
 /// [`kernels::attention_probs`]: `dscores = scale p (g - sum(g p))`. The padding bias is a
 /// constant; when it asks for a gradient, burn's composed ops run instead.
-pub(in crate::cpu::kernels) fn attention_probs<B: Backend>(scores: &Tensor<B, 4>, scale: f64, bias: &Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+pub(in crate::cpu::kernels) fn attention_probs<B: Backend>(
+    scores: &Tensor<B, 4>,
+    scale: f64,
+    bias: &Tensor<B, 4>,
+) -> Option<Tensor<B, 4>> {
     let (st, bt) = (unwrap(scores)?, unwrap(bias)?);
     if bt.node.clone_if_require_grad().is_some() {
         return None;
@@ -94,7 +105,8 @@ pub(in crate::cpu::kernels) fn layer_norm<B: Backend, const D: usize>(
     };
     let gamma = inner::<1>(&gt);
     let ones = gamma.ones_like();
-    let (y, x_hat, rstd) = kernels::layer_norm(inner::<D>(&xt), gamma.clone(), bt.as_ref().map(inner::<1>), eps);
+    let (y, x_hat, rstd) =
+        kernels::layer_norm(inner::<D>(&xt), gamma.clone(), bt.as_ref().map(inner::<1>), eps);
     let width = gamma.dims()[0];
 
     let (xh, rs) = (x_hat.clone(), rstd.clone());
@@ -121,27 +133,43 @@ pub(in crate::cpu::kernels) fn layer_norm<B: Backend, const D: usize>(
 
     let (xh, rs) = (x_hat, rstd.clone());
     let rstd_node = node([&xt], prim(rstd), move |g, [dx]| {
-        [dx.then(|| prim(xh.clone() * (tensor::<D>(g) * rs.clone() * rs.clone()).mul_scalar(-1.0 / width as f64)))]
+        [dx.then(|| {
+            prim(
+                xh.clone()
+                    * (tensor::<D>(g) * rs.clone() * rs.clone()).mul_scalar(-1.0 / width as f64),
+            )
+        })]
     });
     Some((wrap(y), wrap(x_hat_node), wrap(rstd_node)))
 }
 
 /// [`kernels::gelu`]: `y = x Phi(x)` and `Phi(x)` from one pass, as two nodes (the IM-connection's
 /// VJP differentiates through `Phi(x)` too): `dx = g (Phi(x) + x phi(x))` and `dx = g phi(x)`.
-pub(in crate::cpu::kernels) fn gelu<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Option<(Tensor<B, D>, Tensor<B, D>)> {
+pub(in crate::cpu::kernels) fn gelu<B: Backend, const D: usize>(
+    x: &Tensor<B, D>,
+) -> Option<(Tensor<B, D>, Tensor<B, D>)> {
     let xt = unwrap(x)?;
     let x = inner::<D>(&xt);
     let (y, cdf) = kernels::gelu(x.clone());
     let (x_y, cdf_y) = (x.clone(), cdf.clone());
-    let y = node([&xt], prim(y), move |g, [dx]| [dx.then(|| prim(kernels::gelu_backward(tensor::<D>(g), &x_y, &cdf_y)))]);
-    let cdf = node([&xt], prim(cdf), move |g, [dx]| [dx.then(|| prim(kernels::normal_cdf_backward(tensor::<D>(g), &x)))]);
+    let y = node([&xt], prim(y), move |g, [dx]| {
+        [dx.then(|| prim(kernels::gelu_backward(tensor::<D>(g), &x_y, &cdf_y)))]
+    });
+    let cdf = node([&xt], prim(cdf), move |g, [dx]| {
+        [dx.then(|| prim(kernels::normal_cdf_backward(tensor::<D>(g), &x)))]
+    });
     Some((wrap(y), wrap(cdf)))
 }
 
 /// [`kernels::split_heads`]: a view of `x`'s part, as at inference; its backward writes `g` into
 /// that part's columns of a zero `[batch, seq, parts * hidden]` (burn sums the three parts of
 /// the q/k/v projection).
-pub(in crate::cpu::kernels) fn split_heads<B: Backend>(x: &Tensor<B, 3>, parts: usize, part: usize, heads: usize) -> Option<Tensor<B, 4>> {
+pub(in crate::cpu::kernels) fn split_heads<B: Backend>(
+    x: &Tensor<B, 3>,
+    parts: usize,
+    part: usize,
+    heads: usize,
+) -> Option<Tensor<B, 4>> {
     let xt = unwrap(x)?;
     let x = inner::<3>(&xt);
     let [batch, seq, width] = x.dims();
@@ -156,7 +184,9 @@ pub(in crate::cpu::kernels) fn split_heads<B: Backend>(x: &Tensor<B, 3>, parts: 
 
 /// The views of `v` at each index of its first axis, each borrowing what `v` borrows (so that
 /// they can be handed to threads together).
-fn unstack<'a, D: ndarray::RemoveAxis>(v: ndarray::ArrayViewMut<'a, f32, D>) -> Vec<ndarray::ArrayViewMut<'a, f32, D::Smaller>> {
+fn unstack<'a, D: ndarray::RemoveAxis>(
+    v: ndarray::ArrayViewMut<'a, f32, D>,
+) -> Vec<ndarray::ArrayViewMut<'a, f32, D::Smaller>> {
     use ndarray::Axis;
     let mut views = Vec::with_capacity(v.len_of(Axis(0)));
     let mut rest = v;
@@ -169,15 +199,23 @@ fn unstack<'a, D: ndarray::RemoveAxis>(v: ndarray::ArrayViewMut<'a, f32, D>) -> 
 }
 
 /// `g` `[batch, heads, seq, head_dim]` as part `part` of a zero `[batch, seq, parts * heads * head_dim]`.
-fn scatter_heads(g: Tensor<Inner, 4>, shape: [usize; 3], parts: usize, part: usize) -> Tensor<Inner, 3> {
+fn scatter_heads(
+    g: Tensor<Inner, 4>,
+    shape: [usize; 3],
+    parts: usize,
+    part: usize,
+) -> Tensor<Inner, 3> {
     use ndarray::{Axis, Ix4};
     let [batch, seq, width] = shape;
     let [_, heads, _, head_dim] = g.dims();
     let g = kernels::cpu_f32_any_layout(g).expect("the CPU backend");
-    let g = g.view().into_dimensionality::<Ix4>().expect("four dimensions").permuted_axes([0, 2, 1, 3]);
+    let g =
+        g.view().into_dimensionality::<Ix4>().expect("four dimensions").permuted_axes([0, 2, 1, 3]);
     let mut out = ndarray::Array5::<f32>::zeros((batch, seq, parts, heads, head_dim));
     let items: Vec<_> = unstack(out.view_mut()).into_iter().zip(g.outer_iter()).collect();
-    let copy = |(mut o, g): (ndarray::ArrayViewMut4<f32>, ndarray::ArrayView3<f32>)| o.index_axis_mut(Axis(1), part).assign(&g);
+    let copy = |(mut o, g): (ndarray::ArrayViewMut4<f32>, ndarray::ArrayView3<f32>)| {
+        o.index_axis_mut(Axis(1), part).assign(&g)
+    };
     {
         use rayon::prelude::*;
         items.into_par_iter().for_each(copy);
@@ -188,7 +226,9 @@ fn scatter_heads(g: Tensor<Inner, 4>, shape: [usize; 3], parts: usize, part: usi
 
 /// [`kernels::matmul_merged`] of one or three products: for each `(a, b)`, with `g_p` the view of
 /// its columns of `g` split into heads, `da = g_p b^T` and `db = a^T g_p`.
-pub(in crate::cpu::kernels) fn matmul_merged<B: Backend>(products: &[(Tensor<B, 4>, Tensor<B, 4>)]) -> Option<Tensor<B, 3>> {
+pub(in crate::cpu::kernels) fn matmul_merged<B: Backend>(
+    products: &[(Tensor<B, 4>, Tensor<B, 4>)],
+) -> Option<Tensor<B, 3>> {
     let mut tensors = Vec::with_capacity(2 * products.len());
     for (a, b) in products {
         tensors.push(unwrap(a)?);
@@ -202,7 +242,8 @@ pub(in crate::cpu::kernels) fn matmul_merged<B: Backend>(products: &[(Tensor<B, 
 }
 
 fn merged_node<const N: usize>(tensors: [TrainTensor; N]) -> Option<TrainTensor> {
-    let pairs: Vec<(Tensor<Inner, 4>, Tensor<Inner, 4>)> = tensors.chunks(2).map(|p| (inner::<4>(&p[0]), inner::<4>(&p[1]))).collect();
+    let pairs: Vec<(Tensor<Inner, 4>, Tensor<Inner, 4>)> =
+        tensors.chunks(2).map(|p| (inner::<4>(&p[0]), inner::<4>(&p[1]))).collect();
     let heads = pairs.first()?.0.dims()[1];
     let y = prim(kernels::matmul_merged(pairs.clone()));
     Some(node(tensors.each_ref(), y, move |g, wanted| {
@@ -210,8 +251,10 @@ fn merged_node<const N: usize>(tensors: [TrainTensor; N]) -> Option<TrainTensor>
         let mut grads: [Option<InnerTensor>; N] = std::array::from_fn(|_| None);
         for (p, (a, b)) in pairs.iter().enumerate() {
             let g_p = kernels::split_heads(g.clone(), pairs.len(), p, heads);
-            grads[2 * p] = wanted[2 * p].then(|| prim(kernels::matmul(g_p.clone(), b.clone().swap_dims(2, 3))));
-            grads[2 * p + 1] = wanted[2 * p + 1].then(|| prim(kernels::matmul(a.clone().swap_dims(2, 3), g_p)));
+            grads[2 * p] = wanted[2 * p]
+                .then(|| prim(kernels::matmul(g_p.clone(), b.clone().swap_dims(2, 3))));
+            grads[2 * p + 1] =
+                wanted[2 * p + 1].then(|| prim(kernels::matmul(a.clone().swap_dims(2, 3), g_p)));
         }
         grads
     }))

@@ -24,7 +24,10 @@ fn unwrap_owned<B: Backend, const D: usize>(x: Tensor<B, D>) -> TrainTensor {
 /// `t`'s data, for a kernel to overwrite in place (after the op that made it nothing else holds
 /// it), and `t` without it, which still names its graph node: all that [`node`] reads of a parent.
 fn take_data<const D: usize>(mut t: TrainTensor) -> (Tensor<Inner, D>, TrainTensor) {
-    let empty = Tensor::<Inner, 1>::from_data(TensorData::new(Vec::<f32>::new(), [0]), (&Default::default(), DType::F32));
+    let empty = Tensor::<Inner, 1>::from_data(
+        TensorData::new(Vec::<f32>::new(), [0]),
+        (&Default::default(), DType::F32),
+    );
     let data = std::mem::replace(&mut t.primitive, prim(empty));
     (tensor(data), t)
 }
@@ -38,7 +41,11 @@ fn constant<B: Backend, const D: usize>(t: &Tensor<B, D>) -> Option<Tensor<Inner
 
 /// A fresh tensor shaped like `a`: `f(a, b)` element by element, with `b` of `a`'s shape or one
 /// value per row (`[.., 1]`). Two gradients from one without copying it first.
-fn combine<const D: usize>(a: &Tensor<Inner, D>, b: &Tensor<Inner, D>, f: impl Fn(f32, f32) -> f32 + Send + Sync) -> Tensor<Inner, D> {
+fn combine<const D: usize>(
+    a: &Tensor<Inner, D>,
+    b: &Tensor<Inner, D>,
+    f: impl Fn(f32, f32) -> f32 + Send + Sync,
+) -> Tensor<Inner, D> {
     let width = a.dims()[D - 1].max(1);
     let kernel = |_: usize, out: &mut [f32], [a, b]: [&[f32]; 2]| {
         if b.len() == a.len() {
@@ -56,11 +63,16 @@ fn combine<const D: usize>(a: &Tensor<Inner, D>, b: &Tensor<Inner, D>, f: impl F
 }
 
 /// [`kernels::times_keep`], `x keep` with a constant mask: `dx = g keep`.
-pub(in crate::cpu::kernels) fn times_keep<B: Backend, const D: usize>(x: Tensor<B, D>, keep: &Tensor<B, D>) -> Result<Tensor<B, D>, Tensor<B, D>> {
+pub(in crate::cpu::kernels) fn times_keep<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    keep: &Tensor<B, D>,
+) -> Result<Tensor<B, D>, Tensor<B, D>> {
     let Some(keep) = constant(keep).filter(|_| trains(&x)) else { return Err(x) };
     let (data, xt) = take_data::<D>(unwrap_owned(x));
     let y = prim(kernels::times_keep(data, &keep));
-    Ok(wrap(node([&xt], y, move |g, [dx]| [dx.then(|| prim(kernels::times_keep(tensor::<D>(g), &keep)))])))
+    Ok(wrap(node([&xt], y, move |g, [dx]| {
+        [dx.then(|| prim(kernels::times_keep(tensor::<D>(g), &keep)))]
+    })))
 }
 
 /// [`kernels::add_residual`], `x keep + residual` (`keep` constant, or none):
@@ -82,7 +94,9 @@ pub(in crate::cpu::kernels) fn add_residual<B: Backend, const D: usize>(
     let y = prim(kernels::add_residual(data, keep.as_ref(), inner::<D>(&rt)));
     Ok(wrap(node([&xt, &rt], y, move |g, [dx, dr]| {
         let g = tensor::<D>(g);
-        let dx = dx.then(|| prim(keep.as_ref().map_or_else(|| g.clone(), |k| combine(&g, k, |g, k| g * k))));
+        let dx = dx.then(|| {
+            prim(keep.as_ref().map_or_else(|| g.clone(), |k| combine(&g, k, |g, k| g * k)))
+        });
         [dx, dr.then(|| prim(g))]
     })))
 }
@@ -95,7 +109,9 @@ pub(in crate::cpu::kernels) fn masked_residual<B: Backend>(
     phi: Tensor<B, 3>,
     mask: &Tensor<B, 3>,
 ) -> Result<Tensor<B, 3>, Tensor<B, 3>> {
-    let (Some(zt), Some(ht), Some(mask)) = (unwrap(z), unwrap(h), constant(mask)) else { return Err(phi) };
+    let (Some(zt), Some(ht), Some(mask)) = (unwrap(z), unwrap(h), constant(mask)) else {
+        return Err(phi);
+    };
     if !trains(&phi) {
         return Err(phi);
     }
@@ -104,12 +120,21 @@ pub(in crate::cpu::kernels) fn masked_residual<B: Backend>(
     Ok(wrap(node([&zt, &ht, &pt], y, move |g, [dz, dh, dphi]| {
         let g = tensor::<3>(g);
         let minus = (dh || dphi).then(|| prim(combine(&g, &mask, |g, m| -(g * m))));
-        [dz.then(|| prim(combine(&g, &mask, |g, m| g * m))), minus.clone().filter(|_| dh), minus.filter(|_| dphi)]
+        [
+            dz.then(|| prim(combine(&g, &mask, |g, m| g * m))),
+            minus.clone().filter(|_| dh),
+            minus.filter(|_| dphi),
+        ]
     })))
 }
 
 /// [`kernels::descent_step`], `z - s (r - jtr)`: `dz = g`, `dr = -s g`, `djtr = s g`.
-pub(in crate::cpu::kernels) fn descent_step<B: Backend>(z: &Tensor<B, 3>, r: &Tensor<B, 3>, jtr: Tensor<B, 3>, step: f64) -> Result<Tensor<B, 3>, Tensor<B, 3>> {
+pub(in crate::cpu::kernels) fn descent_step<B: Backend>(
+    z: &Tensor<B, 3>,
+    r: &Tensor<B, 3>,
+    jtr: Tensor<B, 3>,
+    step: f64,
+) -> Result<Tensor<B, 3>, Tensor<B, 3>> {
     let (Some(zt), Some(rt)) = (unwrap(z), unwrap(r)) else { return Err(jtr) };
     if !trains(&jtr) {
         return Err(jtr);

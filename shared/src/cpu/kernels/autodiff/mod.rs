@@ -26,7 +26,9 @@ mod glue;
 mod tests;
 mod vjp;
 
-pub(super) use forward::{attention_probs, gelu, layer_norm, linear, matmul, matmul_merged, normal_cdf, split_heads};
+pub(super) use forward::{
+    attention_probs, gelu, layer_norm, linear, matmul, matmul_merged, normal_cdf, split_heads,
+};
 pub(super) use glue::{add_residual, descent_step, masked_residual, times_keep};
 pub(super) use vjp::{gelu_backward, layer_norm_backward, softmax_backward};
 
@@ -36,7 +38,8 @@ type TrainTensor = burn::tensor::ops::FloatTensor<Train>;
 type InnerTensor = burn::tensor::ops::FloatTensor<Inner>;
 
 /// A node's backward: from the output's gradient and which parents want one, their gradients.
-type BackwardFn<const N: usize> = Arc<dyn Fn(InnerTensor, [bool; N]) -> [Option<InnerTensor>; N] + Send + Sync>;
+type BackwardFn<const N: usize> =
+    Arc<dyn Fn(InnerTensor, [bool; N]) -> [Option<InnerTensor>; N] + Send + Sync>;
 
 #[derive(Debug)]
 struct Kernel<const N: usize>;
@@ -71,7 +74,11 @@ fn node<const N: usize>(
     output: InnerTensor,
     backward: impl Fn(InnerTensor, [bool; N]) -> [Option<InnerTensor>; N] + Send + Sync + 'static,
 ) -> TrainTensor {
-    match Kernel::<N>.prepare::<NoCheckpointing>(parents.map(|p| p.node.clone())).compute_bound().stateful() {
+    match Kernel::<N>
+        .prepare::<NoCheckpointing>(parents.map(|p| p.node.clone()))
+        .compute_bound()
+        .stateful()
+    {
         OpsKind::Tracked(prep) => prep.finish(KernelBackward(Arc::new(backward)), output),
         OpsKind::UnTracked(prep) => prep.finish(output),
     }
@@ -84,14 +91,18 @@ fn unwrap<B: Backend, const D: usize>(x: &Tensor<B, D>) -> Option<TrainTensor> {
         return None;
     }
     match x.clone().into_primitive() {
-        TensorPrimitive::Float(p) => (Box::new(p) as Box<dyn Any>).downcast::<TrainTensor>().ok().map(|t| *t),
+        TensorPrimitive::Float(p) => {
+            (Box::new(p) as Box<dyn Any>).downcast::<TrainTensor>().ok().map(|t| *t)
+        }
         TensorPrimitive::QFloat(_) => None,
     }
 }
 
 /// The inverse of [`unwrap`]; only called where `B` was found to be `Train`.
 fn wrap<B: Backend, const D: usize>(t: TrainTensor) -> Tensor<B, D> {
-    let p = (Box::new(t) as Box<dyn Any>).downcast::<B::FloatTensorPrimitive>().expect("B is Autodiff<NdArray<f32>>");
+    let p = (Box::new(t) as Box<dyn Any>)
+        .downcast::<B::FloatTensorPrimitive>()
+        .expect("B is Autodiff<NdArray<f32>>");
     Tensor::from_primitive(TensorPrimitive::Float(*p))
 }
 

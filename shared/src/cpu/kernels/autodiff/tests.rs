@@ -71,7 +71,8 @@ fn matmul_node_matches_burn() {
 fn normal_cdf_node_matches_burn() {
     let x = f32_tensor([3, 7, 5], 2.0, 10).require_grad();
     let r = f32_tensor([3, 7, 5], 1.0, 11);
-    let burn = x.clone().mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5);
+    let burn =
+        x.clone().mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5);
     // The kernel's erf is within 1.5e-7 (Abramowitz & Stegun), so the forward agrees to ~1e-6.
     check_grads!(super::super::normal_cdf(x.clone()), burn, r, [x]);
 }
@@ -81,7 +82,10 @@ fn attention_probs_node_matches_burn() {
     let scores = f32_tensor([2, 3, 4, 5], 3.0, 12).require_grad();
     let mut bias = vec![0.0f32; 10];
     bias[8..].fill(-1e9); // the second item's last two keys are padding
-    let bias = Tensor::<T, 4>::from_data(TensorData::new(bias, [2, 1, 1, 5]), (&Default::default(), DType::F32));
+    let bias = Tensor::<T, 4>::from_data(
+        TensorData::new(bias, [2, 1, 1, 5]),
+        (&Default::default(), DType::F32),
+    );
     let r = f32_tensor([2, 3, 4, 5], 1.0, 13);
     let burn = softmax(scores.clone().mul_scalar(0.5) + bias.clone(), 3);
     check_grads!(super::super::attention_probs(scores.clone(), 0.5, &bias), burn, r, [scores]);
@@ -89,27 +93,39 @@ fn attention_probs_node_matches_burn() {
 
 #[test]
 fn layer_norm_nodes_match_burn() {
-    let (x, gamma, beta) = (f32_tensor([2, 5, 8], 3.0, 14).require_grad(), tracked([8], 15), tracked([8], 16));
-    let r: [Tensor<T, 3>; 3] = [f32_tensor([2, 5, 8], 1.0, 17), f32_tensor([2, 5, 8], 1.0, 18), f32_tensor([2, 5, 1], 1.0, 19)];
+    let (x, gamma, beta) =
+        (f32_tensor([2, 5, 8], 3.0, 14).require_grad(), tracked([8], 15), tracked([8], 16));
+    let r: [Tensor<T, 3>; 3] = [
+        f32_tensor([2, 5, 8], 1.0, 17),
+        f32_tensor([2, 5, 8], 1.0, 18),
+        f32_tensor([2, 5, 1], 1.0, 19),
+    ];
     let eps = 1e-12;
-    let (y, x_hat, rstd) = super::super::layer_norm(x.clone(), gamma.clone(), Some(beta.clone()), eps);
+    let (y, x_hat, rstd) =
+        super::super::layer_norm(x.clone(), gamma.clone(), Some(beta.clone()), eps);
     let centered = x.clone() - x.clone().mean_dim(2);
-    let burn_rstd = (centered.clone() * centered.clone()).mean_dim(2).add_scalar(eps).sqrt().recip();
+    let burn_rstd =
+        (centered.clone() * centered.clone()).mean_dim(2).add_scalar(eps).sqrt().recip();
     let burn_x_hat = centered * burn_rstd.clone();
     let burn_y = burn_x_hat.clone() * gamma.clone().unsqueeze() + beta.clone().unsqueeze();
     // All three outputs at once, as the IM-connection's VJP uses them.
-    let ours = (y * r[0].clone()).sum() + (x_hat * r[1].clone()).sum() + (rstd * r[2].clone()).sum();
-    let burn = (burn_y * r[0].clone()).sum() + (burn_x_hat * r[1].clone()).sum() + (burn_rstd * r[2].clone()).sum();
+    let ours =
+        (y * r[0].clone()).sum() + (x_hat * r[1].clone()).sum() + (rstd * r[2].clone()).sum();
+    let burn = (burn_y * r[0].clone()).sum()
+        + (burn_x_hat * r[1].clone()).sum()
+        + (burn_rstd * r[2].clone()).sum();
     check_grads!(ours, burn, f32_tensor([1], 1.0, 20), [x, gamma, beta]);
 }
 
 #[test]
 fn softmax_backward_node_matches_burn() {
     let probs = softmax(f32_tensor([2, 3, 4, 5], 2.0, 23), 3);
-    let probs = Tensor::<T, 4>::from_data(probs.into_data(), (&Default::default(), DType::F32)).require_grad();
+    let probs = Tensor::<T, 4>::from_data(probs.into_data(), (&Default::default(), DType::F32))
+        .require_grad();
     let d = tracked([2, 3, 4, 5], 24);
     let r = f32_tensor([2, 3, 4, 5], 1.0, 25);
-    let burn = (probs.clone() * (d.clone() - (d.clone() * probs.clone()).sum_dim(3))).mul_scalar(0.5);
+    let burn =
+        (probs.clone() * (d.clone() - (d.clone() * probs.clone()).sum_dim(3))).mul_scalar(0.5);
     check_grads!(super::super::softmax_backward(d.clone(), &probs, 0.5), burn, r, [d, probs]);
 }
 
@@ -118,9 +134,14 @@ fn gelu_backward_node_matches_burn() {
     let (d, x) = (tracked([3, 4, 6], 26), f32_tensor([3, 4, 6], 2.0, 27).require_grad());
     // `x` reaches the output directly and through `cdf`. Each side builds its own graph from
     // the leaves: a backward pass consumes the graph it runs through.
-    let cdf = || x.clone().mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5);
+    let cdf = || {
+        x.clone().mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5)
+    };
     let r = f32_tensor([3, 4, 6], 1.0, 28);
-    let pdf = (x.clone() * x.clone()).mul_scalar(-0.5).exp().mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt());
+    let pdf = (x.clone() * x.clone())
+        .mul_scalar(-0.5)
+        .exp()
+        .mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt());
     let burn = d.clone() * (cdf() + x.clone() * pdf);
     check_grads!(super::super::gelu_backward(d.clone(), &x, &cdf()), burn, r, [d, x]);
 }
@@ -134,20 +155,30 @@ fn layer_norm_backward_node_matches_burn() {
     // side with its own graph.
     let normalise = || {
         let centered = x.clone() - x.clone().mean_dim(2);
-        let rstd = (centered.clone() * centered.clone()).mean_dim(2).add_scalar(1e-12).sqrt().recip();
+        let rstd =
+            (centered.clone() * centered.clone()).mean_dim(2).add_scalar(1e-12).sqrt().recip();
         (centered * rstd.clone(), rstd)
     };
     let (x_hat, rstd) = normalise();
     let h = d.clone() * gamma.clone().unsqueeze();
     let burn = (h.clone() - h.clone().mean_dim(2) - x_hat.clone() * (h * x_hat).mean_dim(2)) * rstd;
     let (x_hat, rstd) = normalise();
-    check_grads!(super::super::layer_norm_backward(d.clone(), &x_hat, &rstd, gamma.clone()), burn, r, [d, gamma, x]);
+    check_grads!(
+        super::super::layer_norm_backward(d.clone(), &x_hat, &rstd, gamma.clone()),
+        burn,
+        r,
+        [d, gamma, x]
+    );
 }
 
 /// An inverted-dropout mask like [`super::super::dropout_keep`]'s: 0 or 2, as a constant.
 fn keep_mask<const D: usize>(shape: [usize; D], salt: usize) -> Tensor<T, D> {
     let n: usize = shape.iter().product();
-    let values: Vec<f32> = noise(n + salt, 1.0).split_off(salt).iter().map(|v| if *v > 0.0 { 2.0 } else { 0.0 }).collect();
+    let values: Vec<f32> = noise(n + salt, 1.0)
+        .split_off(salt)
+        .iter()
+        .map(|v| if *v > 0.0 { 2.0 } else { 0.0 })
+        .collect();
     Tensor::from_data(TensorData::new(values, shape), (&Default::default(), DType::F32))
 }
 
@@ -163,10 +194,20 @@ fn dropout_and_residual_nodes_match_burn() {
     check_grads!(super::super::times_keep(x.clone(), &keep), x.clone() * keep.clone(), r, [x]);
     let (x, residual) = leaves();
     let burn = x.clone() * keep.clone() + residual.clone();
-    check_grads!(super::super::add_residual(x.clone(), Some(&keep), residual.clone()), burn, r, [x, residual]);
+    check_grads!(
+        super::super::add_residual(x.clone(), Some(&keep), residual.clone()),
+        burn,
+        r,
+        [x, residual]
+    );
     let (x, residual) = leaves();
     let burn = x.clone() + residual.clone();
-    check_grads!(super::super::add_residual(x.clone(), None, residual.clone()), burn, r, [x, residual]);
+    check_grads!(
+        super::super::add_residual(x.clone(), None, residual.clone()),
+        burn,
+        r,
+        [x, residual]
+    );
     // The kernels write in place only into a buffer nothing else holds.
     assert_eq!(values(x), before);
 }
@@ -176,7 +217,10 @@ fn im_update_nodes_match_burn() {
     let leaves = || (tracked([2, 4, 6], 44), tracked([2, 4, 6], 45), tracked([2, 4, 6], 46));
     let mut mask = vec![1.0f32; 8];
     mask[6..].fill(0.0); // the second item's last two tokens are padding
-    let mask = Tensor::<T, 3>::from_data(TensorData::new(mask, [2, 4, 1]), (&Default::default(), DType::F32));
+    let mask = Tensor::<T, 3>::from_data(
+        TensorData::new(mask, [2, 4, 1]),
+        (&Default::default(), DType::F32),
+    );
     let r = f32_tensor([2, 4, 6], 1.0, 47);
     let (z, h, phi) = leaves();
     let burn = (z.clone() - h.clone() - phi.clone()) * mask.clone();
@@ -193,8 +237,10 @@ fn gelu_nodes_match_burn() {
     let r: [Tensor<T, 3>; 2] = [f32_tensor([3, 4, 6], 1.0, 51), f32_tensor([3, 4, 6], 1.0, 52)];
     let (y, cdf) = super::super::gelu(x.clone());
     let ours = (y * r[0].clone()).sum() + (cdf * r[1].clone()).sum();
-    let burn_cdf = x.clone().mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5);
-    let burn = ((x.clone() * burn_cdf.clone()) * r[0].clone()).sum() + (burn_cdf * r[1].clone()).sum();
+    let burn_cdf =
+        x.clone().mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5);
+    let burn =
+        ((x.clone() * burn_cdf.clone()) * r[0].clone()).sum() + (burn_cdf * r[1].clone()).sum();
     check_grads!(ours, burn, f32_tensor([1], 1.0, 53), [x]);
 }
 
@@ -204,24 +250,36 @@ fn head_split_and_merge_nodes_match_burn() {
     let hidden = heads * head_dim;
     let leaf = || tracked([batch, seq, 3 * hidden], 54);
     let burn_split = |qkv: &Tensor<T, 3>, part: usize| {
-        qkv.clone().narrow(2, part * hidden, hidden).reshape([batch, seq, heads, head_dim]).swap_dims(1, 2)
+        qkv.clone()
+            .narrow(2, part * hidden, hidden)
+            .reshape([batch, seq, heads, head_dim])
+            .swap_dims(1, 2)
     };
     let r = f32_tensor([batch, heads, seq, head_dim], 1.0, 55);
     for part in 0..3 {
         let qkv = leaf();
-        check_grads!(super::super::split_heads(qkv.clone(), 3, part, heads), burn_split(&qkv, part), r, [qkv]);
+        check_grads!(
+            super::super::split_heads(qkv.clone(), 3, part, heads),
+            burn_split(&qkv, part),
+            r,
+            [qkv]
+        );
     }
     // All three parts at once: burn sums the three gradients of the projection.
     let qkv = leaf();
-    let r3: [Tensor<T, 4>; 3] = std::array::from_fn(|i| f32_tensor([batch, heads, seq, head_dim], 1.0, 56 + i));
-    let ours = (0..3).map(|p| (super::super::split_heads(qkv.clone(), 3, p, heads) * r3[p].clone()).sum());
+    let r3: [Tensor<T, 4>; 3] =
+        std::array::from_fn(|i| f32_tensor([batch, heads, seq, head_dim], 1.0, 56 + i));
+    let ours =
+        (0..3).map(|p| (super::super::split_heads(qkv.clone(), 3, p, heads) * r3[p].clone()).sum());
     let burn = (0..3).map(|p| (burn_split(&qkv, p) * r3[p].clone()).sum());
     let (ours, burn) = (ours.reduce(|a, b| a + b).unwrap(), burn.reduce(|a, b| a + b).unwrap());
     check_grads!(ours, burn, f32_tensor([1], 1.0, 59), [qkv]);
 
     // The VJP's `[dq dk dv]`: three products, with transposed and strided operands; and one
     // product, attention's context.
-    let merge = |(a, b): (Tensor<T, 4>, Tensor<T, 4>)| a.matmul(b).swap_dims(1, 2).reshape([batch, seq, hidden]);
+    let merge = |(a, b): (Tensor<T, 4>, Tensor<T, 4>)| {
+        a.matmul(b).swap_dims(1, 2).reshape([batch, seq, hidden])
+    };
     for three in [true, false] {
         let (s, qkv) = (tracked([batch, heads, seq, seq], 60), leaf());
         // Each side with its own graph from the leaves.

@@ -26,7 +26,12 @@ pub(in crate::cpu::kernels) fn softmax_backward<B: Backend, const D: usize>(
     })))
 }
 
-fn softmax_backward_probs<const D: usize>(g: Tensor<Inner, D>, d: &Tensor<Inner, D>, p: &Tensor<Inner, D>, scale: f64) -> Tensor<Inner, D> {
+fn softmax_backward_probs<const D: usize>(
+    g: Tensor<Inner, D>,
+    d: &Tensor<Inner, D>,
+    p: &Tensor<Inner, D>,
+    scale: f64,
+) -> Tensor<Inner, D> {
     let width = p.dims()[D - 1];
     let s = scale as f32;
     let kernel = |_: usize, g: &mut [f32], [d, p]: [&[f32]; 2]| {
@@ -63,14 +68,21 @@ pub(in crate::cpu::kernels) fn gelu_backward<B: Backend, const D: usize>(
     })))
 }
 
-fn gelu_backward_input<const D: usize>(g: Tensor<Inner, D>, d: &Tensor<Inner, D>, x: &Tensor<Inner, D>) -> Tensor<Inner, D> {
+fn gelu_backward_input<const D: usize>(
+    g: Tensor<Inner, D>,
+    d: &Tensor<Inner, D>,
+    x: &Tensor<Inner, D>,
+) -> Tensor<Inner, D> {
     let kernel = |_: usize, g: &mut [f32], [d, x]: [&[f32]; 2]| {
         for ((g, &d), &x) in g.iter_mut().zip(d).zip(x) {
             *g *= d * kernels::simd::pdf_f32(x) * (1.0 - x * x);
         }
     };
-    kernels::rows_in_place(g, [d, x], kernel)
-        .unwrap_or_else(|g| g * d.clone() * kernels::activation::normal_pdf(x) * (x.clone() * x.clone()).neg().add_scalar(1.0))
+    kernels::rows_in_place(g, [d, x], kernel).unwrap_or_else(|g| {
+        g * d.clone()
+            * kernels::activation::normal_pdf(x)
+            * (x.clone() * x.clone()).neg().add_scalar(1.0)
+    })
 }
 
 /// [`kernels::layer_norm_backward`], `o = r (h - mean(h) - x_hat mean(h x_hat))` with
@@ -85,22 +97,29 @@ pub(in crate::cpu::kernels) fn layer_norm_backward<B: Backend, const D: usize>(
     gamma: &Tensor<B, 1>,
 ) -> Option<Tensor<B, D>> {
     let (dt, xt, rt, gt) = (unwrap(dout)?, unwrap(x_hat)?, unwrap(rstd)?, unwrap(gamma)?);
-    let (d, x_hat, rstd, gamma) = (inner::<D>(&dt), inner::<D>(&xt), inner::<D>(&rt), inner::<1>(&gt));
+    let (d, x_hat, rstd, gamma) =
+        (inner::<D>(&dt), inner::<D>(&xt), inner::<D>(&rt), inner::<1>(&gt));
     let y = prim(kernels::layer_norm_backward(d.clone(), &x_hat, &rstd, gamma.clone()));
     let ones = gamma.ones_like();
     Some(wrap(node([&dt, &xt, &rt, &gt], y, move |g, [gd, gx, gr, ggamma]| {
         let g = tensor::<D>(g);
-        let k = (gd || ggamma).then(|| kernels::layer_norm_backward(g.clone(), &x_hat, &rstd, ones.clone()));
+        let k = (gd || ggamma)
+            .then(|| kernels::layer_norm_backward(g.clone(), &x_hat, &rstd, ones.clone()));
         let h = d.clone() * gamma.clone().unsqueeze();
         let mean_hx = (gx || gr).then(|| (h.clone() * x_hat.clone()).mean_dim(D - 1));
         [
             gd.then(|| prim(k.clone().unwrap() * gamma.clone().unsqueeze())),
             gx.then(|| {
                 let mean_gx = (g.clone() * x_hat.clone()).mean_dim(D - 1);
-                prim((g.clone() * mean_hx.clone().unwrap() + h.clone() * mean_gx) * rstd.clone().neg())
+                prim(
+                    (g.clone() * mean_hx.clone().unwrap() + h.clone() * mean_gx)
+                        * rstd.clone().neg(),
+                )
             }),
             gr.then(|| {
-                let centred = h.clone() - h.clone().mean_dim(D - 1) - x_hat.clone() * mean_hx.clone().unwrap();
+                let centred = h.clone()
+                    - h.clone().mean_dim(D - 1)
+                    - x_hat.clone() * mean_hx.clone().unwrap();
                 prim((g.clone() * centred).sum_dim(D - 1))
             }),
             ggamma.then(|| prim(sum_rows(k.clone().unwrap() * d.clone()))),
