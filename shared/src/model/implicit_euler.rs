@@ -524,6 +524,7 @@ mod model_tests {
     /// A sentence gets the same logits alone and padded inside a batch: the residual is masked.
     #[test]
     fn padding_never_changes_a_sentence() {
+        crate::model::f64_process::run_in_f64_process!(padding_never_changes_a_sentence);
         let model = BertClassifier::<B>::new(&BertConfig::tiny(), 2, &Default::default())
             .with_connections(&ConnectionSpec::parse("im:T=4,gamma=0.2").unwrap())
             .unwrap();
@@ -550,6 +551,7 @@ mod model_tests {
     /// T = 0 is the explicit Euler step; EX differs from BERT; IM's residual shrinks with T.
     #[test]
     fn connections_relate_as_the_paper_says() {
+        crate::model::f64_process::run_in_f64_process!(connections_relate_as_the_paper_says);
         let config = BertConfig::tiny();
         let base = BertClassifier::<B>::new(&config, 2, &Default::default());
         let x = input(&[vec![2, 7, 9, 4, 3]]);
@@ -604,6 +606,9 @@ mod model_tests {
     /// where the fixed rule does.
     #[test]
     fn backtracking_never_rises_and_agrees_with_small_fixed_steps() {
+        crate::model::f64_process::run_in_f64_process!(
+            backtracking_never_rises_and_agrees_with_small_fixed_steps
+        );
         let base = BertClassifier::<B>::new(&BertConfig::tiny(), 2, &Default::default());
         let x = input(&[vec![2, 7, 9, 4, 3], vec![2, 5, 3]]);
         let run = |spec: &str| {
@@ -682,6 +687,7 @@ mod model_tests {
     /// once every example has; a tolerance never met runs all T iterations.
     #[test]
     fn tolerance_stops_examples_and_the_loop() {
+        crate::model::f64_process::run_in_f64_process!(tolerance_stops_examples_and_the_loop);
         let base = BertClassifier::<B>::new(&BertConfig::tiny(), 2, &Default::default());
         let x = input(&[vec![2, 7, 9, 4, 3], vec![2, 5, 3]]);
         let run = |spec: &str| {

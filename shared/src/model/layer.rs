@@ -471,6 +471,7 @@ mod tests {
 
     #[test]
     fn vjp_matches_autodiff() {
+        crate::model::f64_process::run_in_f64_process!(vjp_matches_autodiff);
         let rel = check(0.0, 0.0);
         println!("max relative |vjp - autodiff| = {rel:.2e}");
         assert!(rel < 1e-10, "{rel}");
@@ -478,6 +479,7 @@ mod tests {
 
     #[test]
     fn vjp_matches_autodiff_with_dropout() {
+        crate::model::f64_process::run_in_f64_process!(vjp_matches_autodiff_with_dropout);
         let rel = check(0.3, 0.2);
         println!("with dropout: max relative |vjp - autodiff| = {rel:.2e}");
         assert!(rel < 1e-10, "{rel}");
@@ -518,6 +520,7 @@ mod tests {
 
     #[test]
     fn gelu_is_exact_erf_form() {
+        crate::model::f64_process::run_in_f64_process!(gelu_is_exact_erf_form);
         let x = Tensor::<NdArray<f64>, 1>::from_data(
             TensorData::new(vec![-3.0, -0.5, 0.0, 1.0, 2.5], [5]),
             &Default::default(),

@@ -4,6 +4,8 @@
 
 pub mod bert;
 pub mod config;
+#[cfg(test)]
+pub(crate) mod f64_process;
 pub mod flops;
 pub mod implicit_euler;
 pub mod layer;

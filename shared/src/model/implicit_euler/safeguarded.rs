@@ -329,6 +329,9 @@ mod tests {
     /// `grad=exact` it matches central differences of the solve's output, halvings included.
     #[test]
     fn backtracked_gradient_is_the_derivative_of_the_path_taken() {
+        crate::model::f64_process::run_in_f64_process!(
+            backtracked_gradient_is_the_derivative_of_the_path_taken
+        );
         let device = Default::default();
         let (phi, ctx, token_mask, h) = fixture::<B>();
         let Connection::Implicit(im) =
