@@ -179,7 +179,7 @@ target/e2e/site/index.json: model
 	rm -rf target/e2e/run  # a throwaway model: an interrupted earlier attempt must not block this one
 	$(CARGO) run -q -p trainer -- finetune --task sst2 --model $(MODEL) --data-dir $(DATA) \
 		$(E2E_SAMPLES) --max-steps 40 --seed 0 --out target/e2e/run
-	$(CARGO) run -q -p trainer -- export --web --model target/e2e/run/best \
+	$(CARGO) run -q -p trainer -- export --web --force --model target/e2e/run/best \
 		--site target/e2e/site --name bert-sst2-quick
 
 .PHONY: demo site e2e-models
@@ -214,7 +214,7 @@ $(DEMO_RUNS)/%/eval.json: | model
 	$(TRAINER) eval --run $(DEMO_RUNS)/$* --data-dir $(DATA)
 
 $(DEMO_SITE)/%/imbert.json: $(DEMO_RUNS)/%/eval.json
-	$(TRAINER) export --web --model $(DEMO_RUNS)/$*/best --site $(DEMO_SITE) --name $*
+	$(TRAINER) export --web --force --model $(DEMO_RUNS)/$*/best --site $(DEMO_SITE) --name $*
 
 $(DEMO)/eval-int8-%.json: $(DEMO_SITE)/%/imbert.json
 	$(TRAINER) eval --model $(DEMO_SITE)/$* --data-dir $(DATA) --out $@

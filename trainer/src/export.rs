@@ -57,6 +57,10 @@ pub struct ExportArgs {
     /// `"untrained": true`.
     #[arg(long)]
     pub allow_untrained: bool,
+    /// Replace an existing bundle of the same name (without it, an existing SITE/NAME is an
+    /// error). The new bundle is checked before it replaces the old one.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `index.json`. Unknown fields of the file are kept.
@@ -81,6 +85,12 @@ pub fn run(args: ExportArgs) -> Result<()> {
     ensure!(args.web, "only web bundles can be exported so far: pass --web");
     check_name(&args.name)?;
     let bundle_dir = args.site.join(&args.name);
+    if bundle_dir.exists() && !args.force {
+        bail!(
+            "{} exists: pass --force to replace it, or choose another --name",
+            bundle_dir.display()
+        );
+    }
     let (card, bytes) = export_web(&args, &bundle_dir)?;
     let index_path = args.site.join(INDEX_FILE);
     let mut index: SiteIndex = if index_path.exists() {

@@ -70,10 +70,13 @@ pub fn run(args: FetchArgs) -> Result<()> {
         let url = format!("{}/{file}", args.advglue_url.trim_end_matches('/'));
         let body = agent.get(&url).call().with_context(|| format!("GET {url}"))?.into_string()?;
         let path = advglue.join(file);
+        // Parse the download before it replaces anything: a truncated or broken response is an
+        // error now, and the file already there (if any) stays as it was.
+        let options = shared::data::ReadOptions::strict();
+        shared::data::parse_advglue_json(Path::new(&url), body.as_bytes(), &options).with_context(
+            || format!("checking the download of {url}; {} is left as it was", path.display()),
+        )?;
         shared::io::checkpoint::write_atomic(&path, body.as_bytes())?;
-        // Parse what we wrote, so a broken download is an error now rather than at eval time.
-        shared::data::read_advglue_json(&path)
-            .with_context(|| format!("checking {}", path.display()))?;
         println!("{}: {} bytes", path.display(), body.len());
     }
     Ok(())

@@ -17,7 +17,8 @@ use crate::run::{self, EpochMetrics};
 
 #[derive(Args, Debug, Clone)]
 pub struct LrSearchArgs {
-    /// Learning rates to try (comma-separated); each gets its own run `OUT/lr-<rate>`.
+    /// Learning rates to try (comma-separated); each gets its own run `OUT/lr-<rate>-<settings>`,
+    /// where `<settings>` is a hash of every other setting.
     #[arg(long, value_delimiter = ',', default_value = "2e-5,5e-5,1e-4,2e-4")]
     pub lrs: Vec<f64>,
     /// Every `finetune` flag except `--lr`, `--resume` and `--save-final`; `--out` is the search
@@ -66,11 +67,11 @@ pub fn run(args: LrSearchArgs) -> Result<()> {
 
     let mut trials = Vec::new();
     for (i, &lr) in args.lrs.iter().enumerate() {
-        let dir = out.join(format!("lr-{lr:e}"));
+        let mut flags = base.clone();
+        flags.lr = lr;
+        let dir = out.join(run_name(&flags)?);
         println!("[{}/{}] lr {lr:e} -> {}", i + 1, args.lrs.len(), dir.display());
         if !dir.join("done").exists() {
-            let mut flags = base.clone();
-            flags.lr = lr;
             flags.out = Some(dir.clone());
             // A run with a config.json was started before: continue it from its checkpoint.
             if dir.join("config.json").exists() {
@@ -86,6 +87,21 @@ pub fn run(args: LrSearchArgs) -> Result<()> {
     shared::io::checkpoint::write_atomic(&out.join("search.md"), table.as_bytes())?;
     println!("\n{table}");
     Ok(())
+}
+
+/// `lr-<rate>-<settings>`: `<settings>` is 8 hex digits of a hash of the run's whole
+/// configuration (but the command line), so that a search re-run with another seed, step
+/// budget, model or any other setting trains new runs instead of reporting the old ones, while
+/// the same command finds and resumes its own.
+fn run_name(flags: &FinetuneArgs) -> Result<String> {
+    let mut config = serde_json::to_value(flags.to_config()?)?;
+    if let Some(fields) = config.as_object_mut() {
+        fields.remove("command");
+    }
+    let mut hasher = fnv::FnvHasher::default();
+    std::hash::Hasher::write(&mut hasher, config.to_string().as_bytes());
+    let settings = std::hash::Hasher::finish(&hasher) as u32;
+    Ok(format!("lr-{:e}-{settings:08x}", flags.lr))
 }
 
 /// Reads one finished run's validation history.

@@ -123,6 +123,73 @@ pub struct RunConfig {
     pub command: String,
 }
 
+impl RunConfig {
+    /// Refuses settings no run can train with, naming the flag, so that nothing is written for
+    /// them (a NaN learning rate would otherwise land in config.json as `null`, which no later
+    /// command can read).
+    pub fn check(&self) -> Result<()> {
+        let positive = [
+            ("--batch-size", self.batch_size),
+            ("--grad-accum", self.grad_accum),
+            ("--epochs", self.epochs),
+            ("--max-len", self.max_len),
+            ("--max-steps", self.max_steps.unwrap_or(1)),
+            ("--train-samples", self.train_samples.unwrap_or(1)),
+            ("--val-samples", self.val_samples.unwrap_or(1)),
+            ("--adv-steps", self.adv_steps),
+        ];
+        for (flag, value) in positive {
+            anyhow::ensure!(value > 0, "{flag} {value}: must be at least 1");
+        }
+        use Bounds::*;
+        let numbers = [
+            ("--lr", self.lr, Positive),
+            ("--weight-decay", self.weight_decay, NonNegative),
+            ("--adam-eps", self.adam_eps, Positive),
+            ("--adam-beta1", self.adam_beta1, BelowOne),
+            ("--adam-beta2", self.adam_beta2, BelowOne),
+            ("--warmup-ratio", self.warmup_ratio, UpToOne),
+            ("--max-grad-norm", self.max_grad_norm.unwrap_or(1.0), Positive),
+            ("--dropout", self.dropout.unwrap_or(0.0), BelowOne),
+            ("--adv-epsilon", self.adv_epsilon, NonNegative),
+            ("--adv-alpha", self.adv_alpha, NonNegative),
+            ("--adv-tau", self.adv_tau, NonNegative),
+            ("--adv-lambda", self.adv_lambda, UpToOne),
+        ];
+        for (flag, value, bounds) in numbers {
+            let ok = value.is_finite()
+                && match bounds {
+                    Positive => value > 0.0,
+                    NonNegative => value >= 0.0,
+                    BelowOne => (0.0..1.0).contains(&value),
+                    UpToOne => (0.0..=1.0).contains(&value),
+                };
+            anyhow::ensure!(ok, "{flag} {value}: must be {}", bounds.describe());
+        }
+        Ok(())
+    }
+}
+
+/// What a numeric setting may be.
+#[derive(Clone, Copy)]
+enum Bounds {
+    Positive,
+    NonNegative,
+    BelowOne,
+    UpToOne,
+}
+
+impl Bounds {
+    fn describe(self) -> &'static str {
+        match self {
+            Bounds::Positive => "a finite number > 0",
+            Bounds::NonNegative => "a finite number >= 0",
+            Bounds::BelowOne => "in [0, 1)",
+            Bounds::UpToOne => "in [0, 1]",
+        }
+    }
+}
+
 /// One line of `metrics.jsonl`, written after every validation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpochMetrics {

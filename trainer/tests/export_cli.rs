@@ -134,8 +134,12 @@ fn export_reloads_within_tolerance_and_upserts_the_index() {
     assert_eq!(a["bytes"], total);
     assert!(a["metrics"].is_object());
 
-    // Exporting tiny-a again replaces its entry in place.
-    ok(export(&tiny(), &site, "tiny-a", &["--task", "mnli", "--connection", "ex"]));
+    // Exporting tiny-a again is refused without --force, and leaves the bundle as it was.
+    let out = export(&tiny(), &site, "tiny-a", &["--task", "mnli", "--connection", "ex"]);
+    assert!(!out.status.success() && text(&out).contains("--force"), "{}", text(&out));
+    assert_eq!(WebBundle::from_dir(&dir).unwrap().card.connection, "bert");
+    // With --force it replaces the bundle and its entry in place.
+    ok(export(&tiny(), &site, "tiny-a", &["--task", "mnli", "--connection", "ex", "--force"]));
     let index = read_json(&site.join("index.json"));
     let models = index["models"].as_array().unwrap();
     assert_eq!(models.len(), 2);

@@ -34,6 +34,11 @@ fn serve(requests: usize) -> (String, std::thread::JoinHandle<Vec<String>>) {
 }
 
 fn respond(path: &str) -> (&'static str, Vec<u8>) {
+    // A download cut short: the first 11 bytes of the file, served as a success.
+    if let Some(file) = path.strip_prefix("/adv-cut/") {
+        let p = shared::data::test_data::fixtures_dir().join("advglue").join(file);
+        return ("200 OK", std::fs::read(p).unwrap()[..11].to_vec());
+    }
     if let Some(file) = path.strip_prefix("/adv/") {
         let p = shared::data::test_data::fixtures_dir().join("advglue").join(file);
         return match std::fs::read(p) {
@@ -100,6 +105,40 @@ fn fetches_paginated_rows_and_advglue_into_the_shared_layout() {
     let served = shared::data::load_advglue(served, shared::data::Task::Rte).unwrap();
     assert!(!adv.is_empty());
     assert_eq!(adv, served, "the AdvGLUE file is written as served");
+}
+
+fn fetch_rte(dir: &std::path::Path, base: &str, advglue_path: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_trainer"))
+        .args(["fetch-data", "--tasks", "rte", "--page-size", "2", "--data-dir"])
+        .arg(dir)
+        .args(["--hf-endpoint", base, "--advglue-url", &format!("{base}{advglue_path}")])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_truncated_download_leaves_the_good_file_in_place() {
+    let dir = repo().join("target/test-artifacts/fetch-truncated");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (base, server) = serve(8);
+    let out = fetch_rte(&dir, &base, "/adv");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    server.join().unwrap();
+    let good = std::fs::read(dir.join("advglue/dev.json")).unwrap();
+
+    // The GLUE pages again (6 requests), then dev.json arrives cut short.
+    let (base, _server) = serve(7);
+    let out = fetch_rte(&dir, &base, "/adv-cut");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a truncated AdvGLUE file was accepted");
+    assert!(stderr.contains("/adv-cut/dev.json") && stderr.contains("left as it was"), "{stderr}");
+    assert_eq!(std::fs::read(dir.join("advglue/dev.json")).unwrap(), good, "dev.json was replaced");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.join("advglue"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "dev.json" && n != "dev_ann.json")
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left behind: {leftovers:?}");
 }
 
 #[test]

@@ -249,6 +249,36 @@ fn bad_input_is_a_clear_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/dir"));
 }
 
+#[test]
+fn impossible_settings_are_refused_before_anything_is_written() {
+    let cases = [
+        ("--lr", "NaN"),
+        ("--lr", "inf"),
+        ("--lr", "0"),
+        ("--adam-eps", "-1e-8"),
+        ("--adam-beta2", "1"),
+        ("--warmup-ratio", "1.5"),
+        ("--weight-decay", "NaN"),
+        ("--dropout", "1"),
+        ("--adv-lambda", "2"),
+        ("--max-len", "0"),
+        ("--train-samples", "0"),
+    ];
+    for (flag, value) in cases {
+        let run = scratch("refused");
+        #[rustfmt::skip]
+        let args = [
+            "finetune", "--task", "sst2", "--model", "tests/fixtures/tiny-bert", flag, value,
+            "--out", run.to_str().unwrap(),
+        ];
+        let out = trainer(&args, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} {value} was accepted");
+        assert!(stderr.contains(flag) && stderr.contains("must be"), "{flag} {value}: {stderr}");
+        assert!(!run.exists(), "{flag} {value}: {} was created", run.display());
+    }
+}
+
 /// One SGD step with no randomness, for `tests/python/check_sgd_step.py` to replay in PyTorch
 /// (`make test` runs it on the directory this leaves behind).
 #[test]
@@ -403,13 +433,28 @@ fn lr_search_picks_the_lowest_validation_loss_and_resumes() {
             .exists());
     }
     // Finished runs are not trained again.
-    let before = std::fs::metadata(out.join("lr-1e-4/metrics.jsonl")).unwrap().modified().unwrap();
+    let run_dirs = |search: &serde_json::Value| -> Vec<String> {
+        let trials = search["trials"].as_array().unwrap();
+        trials.iter().map(|t| t["run_dir"].as_str().unwrap().to_string()).collect()
+    };
+    let first_dirs = run_dirs(&search);
+    assert!(first_dirs[0].contains("lr-1e-4-"), "{first_dirs:?}");
+    let metrics = repo().join(&first_dirs[0]).join("metrics.jsonl");
+    let before = std::fs::metadata(&metrics).unwrap().modified().unwrap();
     let second = ok(trainer(&as_refs(&args), &[]));
-    assert_eq!(
-        std::fs::metadata(out.join("lr-1e-4/metrics.jsonl")).unwrap().modified().unwrap(),
-        before
-    );
+    assert_eq!(std::fs::metadata(&metrics).unwrap().modified().unwrap(), before);
     assert!(!second.contains("validation loss 0"), "{second}");
+
+    // Another seed is another search: new runs, and the answer is theirs, not the old runs'.
+    let mut reseeded = args.clone();
+    reseeded.extend(["--seed".to_string(), "7".to_string()]);
+    let third = ok(trainer(&as_refs(&reseeded), &[]));
+    assert!(third.contains("validation loss 0"), "the reseeded runs did not train:\n{third}");
+    let search: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("search.json")).unwrap()).unwrap();
+    let reseeded_dirs = run_dirs(&search);
+    assert_eq!(reseeded_dirs.len(), 2);
+    assert!(reseeded_dirs.iter().all(|d| !first_dirs.contains(d)), "{reseeded_dirs:?}");
     args.extend(["--lr".to_string(), "1e-3".to_string()]);
     let refused = trainer(&as_refs(&args), &[]);
     assert!(!refused.status.success());

@@ -142,21 +142,13 @@ impl FinetuneArgs {
             Some(f) => f.clone(),
             None => datasets::train_file(&data_dir, task)?,
         };
-        if self.batch_size == 0 || self.grad_accum == 0 || self.epochs == 0 {
-            bail!("--batch-size, --grad-accum and --epochs must be positive");
-        }
         if !(self.max_grad_norm >= 0.0 && self.max_grad_norm.is_finite()) {
             bail!(
                 "--max-grad-norm {} must be a finite number >= 0 (0: no clipping)",
                 self.max_grad_norm
             );
         }
-        if let Some(p) = self.dropout {
-            if !(0.0..1.0).contains(&p) {
-                bail!("--dropout {p} is outside [0, 1)");
-            }
-        }
-        Ok(RunConfig {
+        let config = RunConfig {
             task,
             model: self.model.display().to_string(),
             connection: self.connection_spec()?,
@@ -187,6 +179,8 @@ impl FinetuneArgs {
             adv_lambda: self.adv_lambda,
             backend: self.backend,
             command: std::env::args().collect::<Vec<_>>().join(" "),
-        })
+        };
+        config.check()?;
+        Ok(config)
     }
 }

@@ -41,7 +41,12 @@ pub struct TrainSummary {
 
 pub fn run(args: FinetuneArgs) -> Result<()> {
     let (config, run_dir, resume) = match &args.resume {
-        Some(dir) => (run::read_json::<RunConfig>(&dir.join("config.json"))?, dir.clone(), true),
+        Some(dir) => {
+            let path = dir.join("config.json");
+            let config = run::read_json::<RunConfig>(&path)?;
+            config.check().with_context(|| format!("{}", path.display()))?;
+            (config, dir.clone(), true)
+        }
         None => {
             let config = args.to_config()?;
             let dir = args.out.clone().unwrap_or_else(|| default_run_dir(&config));
