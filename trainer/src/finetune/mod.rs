@@ -19,7 +19,7 @@ mod validation;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use burn::optim::SgdConfig;
 use burn::tensor::backend::AutodiffBackend;
 use shared::BertClassifier;
