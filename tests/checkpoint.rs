@@ -45,8 +45,10 @@ fn save_then_load_gives_identical_logits() {
 
     // Plain-BERT logits for the Python check against transformers.
     let plain = loaded.with_connections(&ConnectionSpec::default()).unwrap();
-    let json = serde_json::json!({ "texts": [["a gripping, heartfelt film", null], ["the cat sat", "a cat is sitting"]],
-                                   "num_labels": 2, "logits": logits(&plain, &tok) });
+    let json = serde_json::json!({
+        "texts": [["a gripping, heartfelt film", null], ["the cat sat", "a cat is sitting"]],
+        "num_labels": 2, "logits": logits(&plain, &tok)
+    });
     std::fs::write(out_dir.join("roundtrip-minilm.json"), json.to_string()).unwrap();
 }
 

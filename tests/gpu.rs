@@ -12,7 +12,8 @@ use shared::{ConnectionSpec, ForwardOptions};
 
 use crate::*;
 
-/// The GPU checks as `#[test]` functions, for one backend type: `gpu_backend_tests!(Wgpu<f32, i32>)`.
+/// The GPU checks as `#[test]` functions, for one backend type:
+/// `gpu_backend_tests!(Wgpu<f32, i32>)`.
 #[macro_export]
 macro_rules! gpu_backend_tests {
     ($gpu:ty) => {

@@ -83,7 +83,10 @@ fn im_gradient_matches_central_finite_differences() {
         let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
         let analytic = grads[name][hf_index];
         let err = (numeric - analytic).abs() / analytic.abs().max(1e-6);
-        println!("{name}[{hf_index}]: autodiff {analytic:+.9e}, finite difference {numeric:+.9e}, rel err {err:.1e}");
+        println!(
+            "{name}[{hf_index}]: autodiff {analytic:+.9e}, finite difference {numeric:+.9e}, \
+             rel err {err:.1e}"
+        );
         assert!(err < 1e-5, "{name}: {analytic} vs {numeric}");
     }
 }

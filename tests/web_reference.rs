@@ -141,10 +141,15 @@ fn compute() -> Value {
         .map(|(a, b)| {
             let item = [(a.clone(), b.clone())];
             let enc = encode(&tok, &item);
-            assert_eq!(enc, encode(&reread, &item), "serialised tokenizer differs on {a:?} / {b:?}");
+            assert_eq!(
+                enc,
+                encode(&reread, &item),
+                "serialised tokenizer differs on {a:?} / {b:?}"
+            );
             json!({
                 "text_a": a, "text_b": b,
-                "input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "tokens": enc.tokens[0],
+                "input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids,
+                "tokens": enc.tokens[0],
             })
         })
         .collect();
@@ -252,14 +257,19 @@ fn web_reference_is_up_to_date() {
         return;
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("{}: {e}; create it with IMBERT_REGENERATE=1 cargo test -p imbert-tests --test web_reference", path.display())
+        panic!(
+            "{}: {e}; create it with IMBERT_REGENERATE=1 cargo test -p imbert-tests \
+             --test web_reference",
+            path.display()
+        )
     });
     let theirs: Value = serde_json::from_str(&committed).unwrap();
     let mut diffs = Vec::new();
     differences(&ours, &theirs, "$", &mut diffs);
     assert!(
         diffs.is_empty(),
-        "{} is stale ({} differences; regenerate with IMBERT_REGENERATE=1 if the change is intended):\n{}",
+        "{} is stale ({} differences; regenerate with IMBERT_REGENERATE=1 \
+         if the change is intended):\n{}",
         path.display(),
         diffs.len(),
         diffs.iter().take(20).cloned().collect::<Vec<_>>().join("\n")

@@ -3,8 +3,9 @@
 //!
 //! `make bench` (sets IMBERT_PYTHON to the venv with torch). Without IMBERT_PYTHON the PyTorch
 //! column is skipped and said so. The last column is each config's matmul FLOPs over BERT's
-//! (`shared::model::flops`): the time ratio that code equally fast on every product would show. An IM
-//! layer runs `1 + T` forwards and `T` VJPs, and a VJP costs a forward plus two attention products.
+//! (`shared::model::flops`): the time ratio that code equally fast on every product would show.
+//! An IM layer runs `1 + T` forwards and `T` VJPs, and a VJP costs a forward plus two attention
+//! products.
 
 // The allocator the trainer runs with, so the figures are the trainer's.
 #[global_allocator]
@@ -164,11 +165,20 @@ fn report(
         };
         let vs_bert = bert.map_or("n/a".to_string(), |b| format!("{:.2}x", ours / b));
         let flops = format!("{:.2}x", flop_ratio(config, spec));
-        println!("{name:<8} {ours:>9.3} {pt:>12} {ratio:>9} {range:>13} {rounds:>7} {vs_bert:>14} {flops:>11}");
+        println!(
+            "{name:<8} {ours:>9.3} {pt:>12} {ratio:>9} {range:>13} {rounds:>7} \
+             {vs_bert:>14} {flops:>11}"
+        );
     }
-    println!("ours: criterion's median. PyTorch and ours/PT: medians over the paired rounds (one forward each, in turn).");
+    println!(
+        "ours: criterion's median. PyTorch and ours/PT: medians over the paired rounds \
+         (one forward each, in turn)."
+    );
     if peer.is_none() {
-        println!("(PyTorch columns skipped: set IMBERT_PYTHON to a python with torch + transformers, or run `make bench`)");
+        println!(
+            "(PyTorch columns skipped: set IMBERT_PYTHON to a python with torch + transformers, \
+             or run `make bench`)"
+        );
     }
 }
 

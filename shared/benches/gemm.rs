@@ -118,7 +118,10 @@ fn report() {
         ),
         _ => {
             println!("GEMMs of one BERT forward ({LAYERS} layers): ours {total_ours:.3} s");
-            println!("(PyTorch column skipped: set IMBERT_PYTHON to a python with torch, or run `make bench`)");
+            println!(
+                "(PyTorch column skipped: set IMBERT_PYTHON to a python with torch, \
+                 or run `make bench`)"
+            );
         }
     }
 }

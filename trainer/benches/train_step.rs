@@ -148,7 +148,8 @@ fn main() {
     ];
     let torch = peer::pytorch_timings(&script, &args);
     println!(
-        "MiniLM-L6 training step (forward + backward + AdamW), batch {BATCH}, seq {SEQ}, CPU, GEMM: {}",
+        "MiniLM-L6 training step (forward + backward + AdamW), batch {BATCH}, seq {SEQ}, CPU, \
+         GEMM: {}",
         shared::cpu::blas::cpu_gemm()
     );
     println!(

@@ -102,8 +102,8 @@ pub struct AdamWTensors<B: Backend, const D: usize> {
 ///
 /// On burn-ndarray with f32 data this is one pass over the four arrays, split over threads and
 /// written in place, with burn's arithmetic element by element (so the results are equal bit for
-/// bit). burn's optimizer makes about fifteen passes, one per op. Elsewhere the tensors come back untouched as the
-/// error, for burn's own optimizer.
+/// bit). burn's optimizer makes about fifteen passes, one per op. Elsewhere the tensors come back
+/// untouched as the error, for burn's own optimizer.
 pub fn adamw_update<B: Backend, const D: usize>(
     step: &AdamWStep,
     tensors: AdamWTensors<B, D>,
@@ -192,7 +192,11 @@ mod tests {
                     let scale: f32 = y.clone().abs().max().into_scalar();
                     let diff: f32 = (x.clone() - y.clone()).abs().max().into_scalar();
                     // Bit for bit: the same f32 operations in the same order.
-                    assert!(scale > 0.0 && diff == 0.0, "step {step}, wd {weight_decay}: {what} differs by {diff:e} (scale {scale:e})");
+                    assert!(
+                        scale > 0.0 && diff == 0.0,
+                        "step {step}, wd {weight_decay}: {what} differs by {diff:e} \
+                         (scale {scale:e})"
+                    );
                 }
             }
             let moved: f32 = (p_ours - f32_tensor(1, 1.0)).abs().max().into_scalar();

@@ -398,11 +398,13 @@ pub fn markdown(r: &EvalReport) -> String {
     let mut md = format!("## {} — {} ({})\n\n", r.task, r.connection, r.model);
     if let Some(reason) = &r.did_not_learn_reason {
         md += &format!(
-            "> ⚠ **did not learn** — {reason}. AdvGLUE items were built to fool trained models, so \
-             a model near chance scores near chance there too; its AdvGLUE numbers are not robustness.\n\n"
+            "> ⚠ **did not learn** — {reason}. AdvGLUE items were built to fool trained \
+             models, so a model near chance scores near chance there too; its AdvGLUE numbers \
+             are not robustness.\n\n"
         );
     }
-    md += "| clean split | n | accuracy % | F1 | majority-label % | top-prediction % |\n|---|---|---|---|---|---|\n";
+    md += "| clean split | n | accuracy % | F1 | majority-label % | top-prediction % |\n\
+           |---|---|---|---|---|---|\n";
     for c in &r.clean {
         md += &format!(
             "| {} | {} | {} | {} | {:.1} | {:.1} |\n",
@@ -414,7 +416,9 @@ pub fn markdown(r: &EvalReport) -> String {
             100.0 * c.top_prediction_share
         );
     }
-    md += "\n| AdvGLUE | n | adversarial % | clean originals % (n) | adversarial on those % | drop | word % | sentence % | human % | top-prediction % |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    md += "\n| AdvGLUE | n | adversarial % | clean originals % (n) | adversarial on those % \
+           | drop | word % | sentence % | human % | top-prediction % |\n\
+           |---|---|---|---|---|---|---|---|---|---|\n";
     for a in &r.advglue {
         let level = |name: &str| {
             a.by_level.get(name).map_or("–".into(), |l| {

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! SITE/
-//!   index.json        {"models": [{"id", "path", "task", "connection", "labels", "bytes", "metrics", ...}]}
+//!   index.json        {"models": [{"id", "path", "task", "connection", "labels", "bytes",
+//!                                  "metrics", ...}]}
 //!   NAME/             config.json, tokenizer.json, model.int8.safetensors, imbert.json
 //! ```
 //!

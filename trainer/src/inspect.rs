@@ -208,9 +208,9 @@ fn print_grad_norms<B: burn::tensor::backend::AutodiffBackend>(
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"connection": spec.to_spec_string(), "labels": labels, "grad_norms": norms})
-            )?
+            serde_json::to_string_pretty(&serde_json::json!({
+                "connection": spec.to_spec_string(), "labels": labels, "grad_norms": norms
+            }))?
         );
         return Ok(());
     }
@@ -226,7 +226,8 @@ fn print_grad_norms<B: burn::tensor::backend::AutodiffBackend>(
     let exploding = norms.exploding();
     if !exploding.is_empty() {
         println!(
-            "  exploding: {} over {}x the head's norm; in f32 such a gradient is rounding noise (docs/numerics.md)",
+            "  exploding: {} over {}x the head's norm; in f32 such a gradient is rounding noise \
+             (docs/numerics.md)",
             exploding.join(", "),
             crate::grad_norms::EXPLODING_RATIO
         );
@@ -456,7 +457,11 @@ fn print_text(report: &Report) {
                 let at: Vec<String> =
                     r.rises_after_iteration.iter().map(usize::to_string).collect();
                 let s = if at.len() > 1 { "s" } else { "" };
-                println!("    rose in iteration{s} {}: gamma overshoots on this layer (docs/numerics.md)", at.join(", "));
+                println!(
+                    "    rose in iteration{s} {}: gamma overshoots on this layer \
+                     (docs/numerics.md)",
+                    at.join(", ")
+                );
             }
         }
     }

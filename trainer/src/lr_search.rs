@@ -141,7 +141,8 @@ pub fn choose(trials: Vec<Trial>) -> Result<Search> {
 pub fn markdown(search: &Search) -> String {
     let pct = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{:.1}%", 100.0 * v));
     let mut s = String::from(
-        "| lr | best epoch | val loss | val accuracy | majority label | top prediction | |\n|---|---|---|---|---|---|---|\n",
+        "| lr | best epoch | val loss | val accuracy | majority label | top prediction | |\n\
+         |---|---|---|---|---|---|---|\n",
     );
     for t in &search.trials {
         let chosen = (t.lr == search.chosen_lr).then_some("chosen".to_string());

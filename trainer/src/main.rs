@@ -40,7 +40,8 @@ enum Command {
     Reproduce(reproduce::ReproduceArgs),
     /// Pack a fine-tuned model for the browser demo (`--web`: int8 bundle + SITE/index.json).
     Export(export::ExportArgs),
-    /// Drift between clean and perturbed hidden states, per layer, for BERT, EX and IM side by side.
+    /// Drift between clean and perturbed hidden states, per layer, for BERT, EX and IM side by
+    /// side.
     Probe(Box<probe::ProbeArgs>),
     /// Download GLUE (HF hub) and AdvGLUE dev into a data directory (needs internet).
     FetchData(fetch::FetchArgs),

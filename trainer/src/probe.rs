@@ -1,7 +1,7 @@
 //! `trainer probe`: the paper's stability claim, measured. For pairs of inputs (an AdvGLUE item
-//! and its clean original, `--text`/`--perturbed` pairs, or a `shared::robustness::perturb` edit of a GLUE
-//! file), the mean drift between the clean and the perturbed hidden states at every layer, for
-//! several connections side by side:
+//! and its clean original, `--text`/`--perturbed` pairs, or a `shared::robustness::perturb` edit
+//! of a GLUE file), the mean drift between the clean and the perturbed hidden states at every
+//! layer, for several connections side by side:
 //! - [CLS] cosine distance, `1 - cos(h_clean[CLS], h_perturbed[CLS])`;
 //! - mean-pooled relative L2, `||mean(h_perturbed) - mean(h_clean)|| / ||mean(h_clean)||` (means
 //!   over real tokens: the two texts may differ in length).
@@ -501,7 +501,10 @@ pub fn markdown(r: &ProbeReport) -> String {
     table(&mut md, "Mean [CLS] cosine distance, clean vs perturbed", &|c| &c.cls_cosine_distance);
     table(&mut md, "Mean-pooled relative L2, clean vs perturbed", &|c| &c.mean_relative_l2);
     if r.connections.iter().any(|c| c.f32_vs_f64.is_some()) {
-        md.push_str("## f32 against f64, final clean [CLS] state\n\nmax over pairs of `||h_f32 - h_f64|| / ||h_f64||`\n\n");
+        md.push_str(
+            "## f32 against f64, final clean [CLS] state\n\n\
+             max over pairs of `||h_f32 - h_f64|| / ||h_f64||`\n\n",
+        );
         for c in &r.connections {
             md.push_str(&format!(
                 "- `{}`: {}\n",

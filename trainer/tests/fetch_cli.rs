@@ -24,7 +24,11 @@ fn serve(requests: usize) -> (String, std::thread::JoinHandle<Vec<String>>) {
             let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
             let (status, body) = respond(&path);
             seen.push(path);
-            let head = format!("HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
             stream.write_all(head.as_bytes()).unwrap();
             stream.write_all(&body).unwrap();
         }

@@ -110,7 +110,8 @@ fn tiny_bert_finetunes_evaluates_and_is_flagged_as_not_learned() {
     assert_eq!(report["connection"], "im:T=2,gamma=0.1,layers=1-1");
     assert_eq!(report["advglue"][0]["adversarial"]["n"], 24);
     assert!(report["advglue"][0]["by_level"]["word"]["adversarial"]["n"].as_u64().unwrap() > 0);
-    // A 99-word random model after 6 steps is near chance: its AdvGLUE score must not pass as robustness.
+    // A 99-word random model after 6 steps is near chance: its AdvGLUE score must not pass as
+    // robustness.
     assert_eq!(report["did_not_learn"], true, "{report}");
     assert!(std::fs::read_to_string(run.join("eval.md")).unwrap().contains("did not learn"));
 }

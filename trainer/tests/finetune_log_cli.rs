@@ -15,9 +15,9 @@ fn piped_finetune_logs_plain_progress_lines() {
     std::fs::create_dir_all(run.parent().unwrap()).unwrap();
     #[rustfmt::skip]
     let args = [
-        "finetune", "--task", "sst2", "--model", "tests/fixtures/tiny-bert", "--train-samples", "32",
-        "--val-samples", "16", "--batch-size", "8", "--max-len", "24", "--epochs", "2", "--max-steps", "6",
-        "--progress-every", "2", "--out",
+        "finetune", "--task", "sst2", "--model", "tests/fixtures/tiny-bert",
+        "--train-samples", "32", "--val-samples", "16", "--batch-size", "8", "--max-len", "24",
+        "--epochs", "2", "--max-steps", "6", "--progress-every", "2", "--out",
     ];
     // `output()` pipes stdout and stderr: neither is a terminal.
     let out = Command::new(env!("CARGO_BIN_EXE_trainer"))

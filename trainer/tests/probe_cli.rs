@@ -107,9 +107,11 @@ fn a_run_is_probed_with_its_own_connection() {
         .replace("\"layer_norm_eps\": 1e-12", "\"layer_norm_eps\": 0.5");
     std::fs::write(&best_config, text).unwrap();
     let config = serde_json::json!({
-        "task": "sst2", "model": "tests/fixtures/tiny-bert", "connection": "im:T=3,gamma=0.1,grad=frozen",
+        "task": "sst2", "model": "tests/fixtures/tiny-bert",
+        "connection": "im:T=3,gamma=0.1,grad=frozen",
         "train_file": "x.jsonl", "seed": 0, "epochs": 1, "max_steps": null, "train_samples": null,
-        "val_samples": null, "batch_size": 16, "grad_accum": 1, "max_len": 128, "optimizer": "adamw",
+        "val_samples": null, "batch_size": 16, "grad_accum": 1, "max_len": 128,
+        "optimizer": "adamw",
         "lr": 2e-5, "weight_decay": 0.0, "adam_eps": 1e-8, "adam_beta1": 0.9, "adam_beta2": 0.999,
         "warmup_ratio": 0.1, "shuffle": true, "dropout": null, "adv": "none", "adv_epsilon": 0.1,
         "adv_alpha": 0.1, "adv_steps": 1, "adv_tau": 1.0, "adv_lambda": 0.5, "backend": "ndarray",

@@ -17,7 +17,8 @@ pub enum DataError {
     MissingColumn { path: PathBuf, line: usize, column: String, task: Task, header: String },
     #[error("{path}:{line}: missing field {field:?}")]
     MissingField { path: PathBuf, line: usize, field: String },
-    #[error("{path}:{line}: unknown label {label:?} for {task} (expected one of {}, or an integer below {})",
+    #[error("{path}:{line}: unknown label {label:?} for {task} \
+             (expected one of {}, or an integer below {})",
         .task.label_names().join(", "), .task.num_labels())]
     UnknownLabel { path: PathBuf, line: usize, label: String, task: Task },
     #[error("{path}:{line}: {message}")]

@@ -236,7 +236,8 @@ impl WebBundle {
             }
             Some(rows) if !card.labels.is_empty() && rows != card.labels.len() => {
                 return Err(Error::Input(format!(
-                    "{WEB_WEIGHTS_FILE}: the classifier has {rows} outputs but {CARD_FILE} names {} labels",
+                    "{WEB_WEIGHTS_FILE}: the classifier has {rows} outputs \
+                     but {CARD_FILE} names {} labels",
                     card.labels.len()
                 )));
             }
@@ -316,8 +317,14 @@ mod tests {
 
     #[test]
     fn old_cards_still_parse() {
-        let old = br#"{"task":"sst2","labels":["negative","positive"],"connection":"im:T=5,gamma=0.1,layers=3-5",
-            "checkpoint":"best","trained_from":"models/x","command":"trainer finetune","config":{"seed":0}}"#;
+        let old = concat!(
+            r#"{"task":"sst2","labels":["negative","positive"],"#,
+            r#""connection":"im:T=5,gamma=0.1,layers=3-5","#,
+            "\n            ",
+            r#""checkpoint":"best","trained_from":"models/x","command":"trainer finetune","#,
+            r#""config":{"seed":0}}"#,
+        )
+        .as_bytes();
         let card = ModelCard::from_json_bytes(old, "imbert.json").unwrap();
         assert_eq!(card.connection, "im:T=5,gamma=0.1,layers=3-5");
         assert_eq!(card.checkpoint.as_deref(), Some("best"));

@@ -192,7 +192,8 @@ pub fn dequantize_safetensors(
                     .ok_or_else(|| bad(format!("`{name}`: int8 tensor without `{scale_key}`")))?;
                 if scale.dtype() != Dtype::F32 || scale.shape() != [rows] {
                     return Err(bad(format!(
-                        "`{scale_key}`: {:?} {:?}, expected F32 [{rows}] (one scale per row of `{name}`)",
+                        "`{scale_key}`: {:?} {:?}, expected F32 [{rows}] \
+                         (one scale per row of `{name}`)",
                         scale.dtype(),
                         scale.shape()
                     )));

@@ -137,7 +137,8 @@ impl BertTokenizer {
         let size = self.vocab_size();
         if size > config.vocab_size {
             return Err(Error::Tokenizer(format!(
-                "the tokenizer has {size} tokens but the model only {} embeddings: they do not belong together",
+                "the tokenizer has {size} tokens but the model only {} embeddings: \
+                 they do not belong together",
                 config.vocab_size
             )));
         }
@@ -224,7 +225,8 @@ mod tests {
     use super::*;
 
     fn tiny_vocab() -> std::path::PathBuf {
-        // One directory per call: tests run in parallel and must not read each other's half-written file.
+        // One directory per call: tests run in parallel and must not read each other's
+        // half-written file.
         static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("imbert-vocab-{}-{call}", std::process::id()));

@@ -489,8 +489,11 @@ mod tests {
             let json = serde_json::to_string(&parsed).unwrap();
             assert_eq!(serde_json::from_str::<ConnectionSpec>(&json).unwrap(), parsed);
         }
-        let old: ConnectionSpec =
-            serde_json::from_str(r#"{"connection":{"kind":"implicit","iterations":5,"gamma":0.1,"gradient":"detached"},"layers":null}"#).unwrap();
+        let old: ConnectionSpec = serde_json::from_str(concat!(
+            r#"{"connection":{"kind":"implicit","iterations":5,"gamma":0.1,"#,
+            r#""gradient":"detached"},"layers":null}"#
+        ))
+        .unwrap();
         assert_eq!(old.to_spec_string(), "im:T=5,gamma=0.1,grad=detached");
     }
 }

@@ -189,7 +189,7 @@ impl<B: Backend> BertLayer<B> {
         // Self-attention: softmax(q k^T / sqrt(d) + bias) v. One matmul computes q, k and v.
         let qkv_weight = sa.qkv_weight(); // [h, 3h]
         let qkv = linear(hidden_states.clone(), qkv_weight.clone(), sa.qkv_bias()); // [b, s, 3h]
-        let [q, k, v] = [0, 1, 2].map(|part| split_heads(qkv.clone(), 3, part, heads)); // [b, nh, s, dh]
+        let [q, k, v] = [0, 1, 2].map(|p| split_heads(qkv.clone(), 3, p, heads)); // [b, nh, s, dh]
         let scale = (head_dim as f64).powf(-0.5);
         let (context, attention) = attention_core(&q, &k, &v, scale, ctx, keep); // [b, s, h]
 
@@ -247,11 +247,13 @@ impl<B: Backend> BertLayer<B> {
         let head_dim = dout.dims()[2] / heads;
 
         // Feed-forward block, reversed.
-        let dffn = layer_norm_backward_cached(dout, &cache.ln2, &self.output.layer_norm); // [b, s, h]
+        // [b, s, h]
+        let dffn = layer_norm_backward_cached(dout, &cache.ln2, &self.output.layer_norm);
         let dffn_dense = apply_keep(dffn.clone(), &cache.ffn_keep);
         let dgelu_out = linear_input_backward(&self.output.dense, dffn_dense); // [b, s, i]
         let dgelu_in = gelu_backward(dgelu_out, &cache.gelu_in, &cache.gelu_cdf);
-        // term 1: the residual path (the GEMM's initial value); term 2: through the intermediate dense.
+        // term 1: the residual path (the GEMM's initial value); term 2: through the intermediate
+        // dense.
         let dx1 =
             linear_residual(dgelu_in, self.intermediate.dense.weight.val().transpose(), None, dffn);
 
@@ -264,7 +266,8 @@ impl<B: Backend> BertLayer<B> {
             0,
             heads,
         );
-        let dqkv = attention_core_backward(dcontext, cache, (head_dim as f64).powf(-0.5)); // [b, s, 3h]
+        // [b, s, 3h]
+        let dqkv = attention_core_backward(dcontext, cache, (head_dim as f64).powf(-0.5));
 
         // term 1: the residual path (the GEMM's initial value); term 2: through query, key and
         // value, [dq dk dv] W_qkv^T.

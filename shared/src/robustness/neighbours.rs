@@ -1,5 +1,6 @@
 //! Nearest neighbours in a model's own word-embedding matrix: the synonym candidates of
-//! [`crate::robustness::perturb::synonym`] and of the TextFooler attack ([`crate::robustness::attack`]).
+//! [`crate::robustness::perturb::synonym`] and of the TextFooler attack
+//! ([`crate::robustness::attack`]).
 //!
 //! TextFooler ranks candidates in counter-fitted GloVe vectors; we use the rows of
 //! `bert.embeddings.word_embeddings.weight` instead, so no extra download is needed and the

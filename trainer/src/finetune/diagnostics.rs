@@ -53,9 +53,10 @@ pub(super) fn check_im_residuals<B: Backend>(
             warn(
                 run_dir,
                 &format!(
-                    "IM layer {layer}: ||r||^2 rose in iteration{} {} of {}: gamma = {} overshoots on this layer, \
-                     so the solve does not converge and f32 results depend on rounding (docs/numerics.md); \
-                     step=backtrack in the connection spec (or a smaller gamma) descends",
+                    "IM layer {layer}: ||r||^2 rose in iteration{} {} of {}: gamma = {} \
+                     overshoots on this layer, so the solve does not converge and f32 results \
+                     depend on rounding (docs/numerics.md); step=backtrack in the connection spec \
+                     (or a smaller gamma) descends",
                     if after.len() > 1 { "s" } else { "" },
                     after.join(", "),
                     norms.len() - 1,
@@ -108,5 +109,8 @@ pub(super) fn diagnose_non_finite<B: Backend>(
             );
         }
     }
-    format!("non-finite loss at step {step} (all hidden states finite: the head or the loss overflowed)")
+    format!(
+        "non-finite loss at step {step} (all hidden states finite: the head or the loss \
+         overflowed)"
+    )
 }

@@ -17,9 +17,10 @@ pub(super) fn warn_if_exploding(run_dir: &Path, norms: &GradNorms, step: usize) 
     warn(
         run_dir,
         &format!(
-            "step {step}: the gradient of {} is over {EXPLODING_RATIO}x the head's ({:.2e}): it is exploding through \
-             the IM iterations, and in f32 it is rounding noise (docs/numerics.md); grad=detached or grad=frozen \
-             in the connection spec keeps it bounded",
+            "step {step}: the gradient of {} is over {EXPLODING_RATIO}x the head's ({:.2e}): \
+             it is exploding through the IM iterations, and in f32 it is rounding noise \
+             (docs/numerics.md); grad=detached or grad=frozen in the connection spec keeps it \
+             bounded",
             parts.join(", "),
             norms.head
         ),

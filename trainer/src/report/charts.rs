@@ -202,8 +202,10 @@ fn accuracy_by_layers(report: &Report, split: &str) -> Option<BarChart> {
         return None;
     }
     // Name T and gamma only where the groups differ in them.
-    let settings: BTreeSet<String> =
-        members.iter().map(|(_, _, im, _)| format!("T={} γ={}", im.iterations, im.gamma)).collect();
+    let settings = members
+        .iter()
+        .map(|(_, _, im, _)| format!("T={} γ={}", im.iterations, im.gamma))
+        .collect::<BTreeSet<String>>();
     let mut rows: Vec<_> = members
         .iter()
         .map(|(g, spec, im, s)| {

@@ -15,7 +15,8 @@ use crate::run::{read_json, EvalReport, ImResidualCheck, RunConfig, IM_RESIDUALS
 pub enum FlopsSource {
     /// `eval.json`, at the evaluation's mean sequence length.
     Eval,
-    /// `shared::model::flops` on the run's connection and model config, at `max_len` (an upper bound).
+    /// `shared::model::flops` on the run's connection and model config, at `max_len` (an upper
+    /// bound).
     ComputedAtMaxLen,
     /// Neither an `eval.json` nor a readable model config.
     Unavailable,

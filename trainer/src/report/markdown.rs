@@ -53,8 +53,9 @@ pub fn markdown(report: &Report, plots: &[String]) -> String {
     writeln!(md, "# IM-BERT report\n").ok();
     writeln!(
         md,
-        "{n_runs} runs in {} groups (grouped by {}). Accuracies in %, mean ± sample std over a group's \
-         runs (seeds); `n` is the number of evaluated runs, `(n=k)` marks a number fewer runs had.\n",
+        "{n_runs} runs in {} groups (grouped by {}). Accuracies in %, mean ± sample std over a \
+         group's runs (seeds); `n` is the number of evaluated runs, `(n=k)` marks a number fewer \
+         runs had.\n",
         report.groups.len(),
         report.group_by.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")
     )
@@ -62,9 +63,9 @@ pub fn markdown(report: &Report, plots: &[String]) -> String {
     if n_flagged > 0 {
         writeln!(
             md,
-            "**⚠ {n_flagged} run(s) did not learn** (near chance on clean data, per `eval.json`). Their \
-             AdvGLUE numbers measure nothing about robustness; rows that include them are marked ⚠ \
-             and must be read with their clean accuracy.\n"
+            "**⚠ {n_flagged} run(s) did not learn** (near chance on clean data, per \
+             `eval.json`). Their AdvGLUE numbers measure nothing about robustness; rows that \
+             include them are marked ⚠ and must be read with their clean accuracy.\n"
         )
         .ok();
     }
@@ -89,7 +90,8 @@ fn main_table(md: &mut String, report: &Report) {
         md,
         "Clean: GLUE dev. AdvGLUE: AdvGLUE dev. Drop: accuracy on the clean originals minus the \
          adversarial accuracy on the same items. Word / sentence / human: AdvGLUE accuracy per \
-         attack level. GFLOPs: analytic forward matmul FLOPs per example (`shared::model::flops`).\n"
+         attack level. GFLOPs: analytic forward matmul FLOPs per example \
+         (`shared::model::flops`).\n"
     )
     .ok();
     let keys: Vec<&str> = report.group_by.iter().map(|k| k.name()).collect();
@@ -156,8 +158,12 @@ fn main_table(md: &mut String, report: &Report) {
         }
     }
     if any_computed_flops {
-        writeln!(md, "\n\\* computed from the run's config at `max_len` (an upper bound): the run has no `eval.json`.")
-            .ok();
+        writeln!(
+            md,
+            "\n\\* computed from the run's config at `max_len` (an upper bound): the run has no \
+             `eval.json`."
+        )
+        .ok();
     }
 }
 
@@ -191,8 +197,12 @@ fn pivot_by_task(md: &mut String, report: &Report) {
     }
 
     writeln!(md, "\n## AdvGLUE accuracy by task\n").ok();
-    writeln!(md, "Each cell: AdvGLUE accuracy, then (clean GLUE dev accuracy). Avg: the mean over the tasks shown.\n")
-        .ok();
+    writeln!(
+        md,
+        "Each cell: AdvGLUE accuracy, then (clean GLUE dev accuracy). Avg: the mean over the \
+         tasks shown.\n"
+    )
+    .ok();
     let mut header: Vec<&str> =
         report.group_by.iter().filter(|&&k| k != GroupKey::Task).map(|k| k.name()).collect();
     header.extend(splits.iter().map(String::as_str));
@@ -298,9 +308,9 @@ fn per_run_table(md: &mut String, report: &Report) {
     if any_overshooting {
         writeln!(
             md,
-            "\n\"IM residual rose\": before training, `||r||^2` grew in some iteration of those IM layers \
-             (`im_residuals.json`): gamma overshoots there, so the IM step is not solved and f32 results \
-             depend on rounding (docs/numerics.md)."
+            "\n\"IM residual rose\": before training, `||r||^2` grew in some iteration of those IM \
+             layers (`im_residuals.json`): gamma overshoots there, so the IM step is not solved \
+             and f32 results depend on rounding (docs/numerics.md)."
         )
         .ok();
     }

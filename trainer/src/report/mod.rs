@@ -5,7 +5,8 @@
 //! the group's runs, with the number of runs. Outputs, under `--out`:
 //! - `report.md`: the tables, clean accuracy always beside every robustness number (project rule),
 //!   runs whose `eval.json` says `did_not_learn` flagged "⚠ did not learn";
-//! - `report.csv`: one row per group and evaluation split, accuracies as fractions as in `eval.json`;
+//! - `report.csv`: one row per group and evaluation split, accuracies as fractions as in
+//!   `eval.json`;
 //! - `report.json`: the groups and every run's config and evaluation;
 //! - `plots/*.svg` always, `plots/*.png` when a font for their text is found: accuracy vs IM's `T`,
 //!   accuracy per IM layer range, accuracy per attack level.
@@ -148,8 +149,8 @@ pub fn run(args: ReportArgs) -> Result<()> {
     match &written.font {
         Some(font) => println!("PNG text font: {}", font.display()),
         None => println!(
-            "note: no font found for PNG text, so only SVG plots were written; pass --font FILE.ttf \
-             or install one (apt-get install fonts-dejavu-core)"
+            "note: no font found for PNG text, so only SVG plots were written; \
+             pass --font FILE.ttf or install one (apt-get install fonts-dejavu-core)"
         ),
     }
     Ok(())

@@ -29,16 +29,21 @@ pub fn Chart(
     });
     let x_ticks = frame.x_ticks(MAX_X_TICKS).into_iter().map(|v| {
         view! {
-            <text class="tick" x=frame.px(v) y=bottom + 14.0 text-anchor="middle">{format!("{v}")}</text>
+            <text class="tick" x=frame.px(v) y=bottom + 14.0 text-anchor="middle">
+                {format!("{v}")}
+            </text>
         }
     });
     let lines = series.iter().map(|s| {
         view! {
-            <path class=format!("line {}", s.class) class:dashed=s.dashed d=frame.path(&s.points) fill="none" />
+            <path class=format!("line {}", s.class) class:dashed=s.dashed
+                d=frame.path(&s.points) fill="none" />
         }
     });
     let legend = series.iter().map(|s| {
-        view! { <span class=format!("key {}", s.class) class:dashed=s.dashed>{s.name.clone()}</span> }
+        view! {
+            <span class=format!("key {}", s.class) class:dashed=s.dashed>{s.name.clone()}</span>
+        }
     });
     view! {
         <figure>
@@ -48,7 +53,9 @@ pub fn Chart(
                 <line class="axis" x1=frame.left y1=TOP x2=frame.left y2=bottom />
                 {y_ticks.collect_view()}
                 {x_ticks.collect_view()}
-                <text class="tick" x=(frame.left + w) / 2.0 y=h - 2.0 text-anchor="middle">{x_label}</text>
+                <text class="tick" x=(frame.left + w) / 2.0 y=h - 2.0 text-anchor="middle">
+                    {x_label}
+                </text>
                 {lines.collect_view()}
             </svg>
             <div class="legend">{legend.collect_view()}</div>

@@ -181,14 +181,20 @@ pub fn SolveControls() -> impl IntoView {
             <label>{move || format!("T = {} ", demo.t.get())}
                 <input id="t-slider" type="range" min="0" max="15" step="1"
                     prop:value=move || demo.t.get().to_string()
-                    on:input=move |ev| if let Ok(t) = event_target_value(&ev).parse() { demo.t.set(t) } />
+                    on:input=move |ev| {
+                        if let Ok(t) = event_target_value(&ev).parse() {
+                            demo.t.set(t)
+                        }
+                    } />
             </label>
             <label>"γ "
                 <input id="gamma" type="number" min="0" max="1" step="0.05"
                     prop:value=move || demo.gamma.get().to_string()
                     on:change=set_gamma />
             </label>
-            <span class="muted">"T = 0 keeps only the explicit start z" <sub>"0"</sub> " = h + φ(h)."</span>
+            <span class="muted">
+                "T = 0 keeps only the explicit start z" <sub>"0"</sub> " = h + φ(h)."
+            </span>
         </div>
     }
 }
@@ -224,6 +230,8 @@ pub fn ModelCards() -> impl IntoView {
             .collect::<Vec<_>>()
     };
     view! {
-        <ul class="cards">{move || cards().into_iter().map(|c| view! { <li>{c}</li> }).collect_view()}</ul>
+        <ul class="cards">
+            {move || cards().into_iter().map(|c| view! { <li>{c}</li> }).collect_view()}
+        </ul>
     }
 }

@@ -88,7 +88,8 @@ async fn start() -> Result<Started, String> {
         leptos::logging::log!("CPU fallback: {reason}");
     }
     let index_json = loader::fetch_text(&format!("{MODELS}index.json"), true).await?.ok_or(
-        "no models/index.json: export a model with `trainer export --web --site dist/models` (see README)",
+        "no models/index.json: export a model with `trainer export --web --site dist/models` \
+         (see README)",
     )?;
     let index: ModelIndex =
         serde_json::from_str(&index_json).map_err(|e| format!("{MODELS}index.json: {e}"))?;
@@ -110,7 +111,10 @@ fn status(demo: Demo, analyses: Analyses) -> Status {
         Some(Err(e)) => Status::Failed(e),
         Some(Ok(())) => match (demo.roles(), analyses.error()) {
             (Err(e), _) | (_, Some(e)) => Status::Failed(e),
-            _ if analyses.shown.with(Option::is_none) => Status::Loading("downloading the models…"),
+            _ if analyses.shown.with(Option::is_none) => {
+                // Waiting for the first verdict.
+                Status::Loading("downloading the models…")
+            }
             _ => Status::Ready,
         },
     }
@@ -130,9 +134,10 @@ fn Header(status: Signal<Status>) -> impl IntoView {
         <header>
             <h1>"IM-BERT, live"</h1>
             <p class="lede">
-                "BERT stacks layers as h" <sub>"t"</sub> " = φ" <sub>"t"</sub> "(h" <sub>"t-1"</sub>
-                "). IM-BERT solves the implicit Euler step h" <sub>"t"</sub> " = h" <sub>"t-1"</sub>
-                " + φ" <sub>"t"</sub> "(h" <sub>"t"</sub> ") with T gradient steps; the paper says this damps how far a small change in the "
+                "BERT stacks layers as h" <sub>"t"</sub> " = φ" <sub>"t"</sub>
+                "(h" <sub>"t-1"</sub> "). IM-BERT solves the implicit Euler step h" <sub>"t"</sub>
+                " = h" <sub>"t-1"</sub> " + φ" <sub>"t"</sub> "(h" <sub>"t"</sub>
+                ") with T gradient steps; the paper says this damps how far a small change in the "
                 "input can push the hidden states. EX-BERT, h"
                 <sub>"t"</sub> " = h" <sub>"t-1"</sub> " + φ" <sub>"t"</sub> "(h" <sub>"t-1"</sub>
                 "), has the skip connection without the solve. "
@@ -142,7 +147,9 @@ fn Header(status: Signal<Status>) -> impl IntoView {
                 <span id="runtime" data-runtime=move || runtime(|r| r.id())>
                     "backend: " {move || runtime(|r| r.label())}
                 </span>
-                <span id="status" data-state=move || status.get().key()>{move || status.get().message()}</span>
+                <span id="status" data-state=move || status.get().key()>
+                    {move || status.get().message()}
+                </span>
                 {move || download().map(|(got, total)| view! {
                     <progress max=total value=got></progress>
                     <span class="muted">{format!("{:.1} / {:.1} MB", got / 1e6, total / 1e6)}</span>

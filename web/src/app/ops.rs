@@ -1,4 +1,5 @@
-//! The perturbation buttons: which edit of `shared::robustness::perturb` each one makes, at which level.
+//! The perturbation buttons: which edit of `shared::robustness::perturb` each one makes, at which
+//! level.
 
 use shared::robustness::neighbours::WordNeighbours;
 use shared::robustness::perturb::{self, Perturbation};

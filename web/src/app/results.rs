@@ -17,7 +17,9 @@ pub fn ResultsPanel(analyses: Analyses) -> impl IntoView {
         <section id="results" data-key=key data-busy=move || analyses.busy().to_string()>
             {move || analyses.shown.get().map(|results| view! {
                 <Verdicts results=results.clone() />
-                <p class="muted">{format!("computed in {:.0} ms (cached parts are instant)", results.millis)}</p>
+                <p class="muted">
+                    {format!("computed in {:.0} ms (cached parts are instant)", results.millis)}
+                </p>
                 <DriftCharts results=results.clone() />
                 <ResidualChart results=results />
             })}
@@ -39,8 +41,10 @@ fn Verdicts(results: std::sync::Arc<Results>) -> impl IntoView {
                     </span>
                 </h3>
                 <div class="pair">
-                    <VerdictCard role which="clean" verdict=analysis.clean.clone() labels=results.labels.clone() />
-                    <VerdictCard role which="perturbed" verdict=analysis.perturbed.clone() labels=results.labels.clone() />
+                    <VerdictCard role which="clean" verdict=analysis.clean.clone()
+                        labels=results.labels.clone() />
+                    <VerdictCard role which="perturbed" verdict=analysis.perturbed.clone()
+                        labels=results.labels.clone() />
                 </div>
             </div>
         }
@@ -64,17 +68,21 @@ fn VerdictCard(
             <div class="bar-row" class:best=i == best>
                 <span class="bar-label">{name}</span>
                 <span class="bar">
-                    <span class=format!("fill {}", role.key()) style=format!("width:{:.1}%", p * 100.0)></span>
+                    <span class=format!("fill {}", role.key())
+                        style=format!("width:{:.1}%", p * 100.0)></span>
                 </span>
                 <span class="bar-value">{format!("{:.1}%", p * 100.0)}</span>
             </div>
         }
     });
     view! {
-        <div class="verdict" data-verdict=format!("{}-{which}", role.key()) data-probs=probs.join(",")>
+        <div class="verdict" data-verdict=format!("{}-{which}", role.key())
+            data-probs=probs.join(",")>
             <div class="verdict-title">{which}</div>
             {bars.collect_view()}
-            {verdict.truncated.then(|| view! { <div class="muted">"input cut to 128 tokens"</div> })}
+            {verdict.truncated.then(|| view! {
+                <div class="muted">"input cut to 128 tokens"</div>
+            })}
         </div>
     }
 }
@@ -96,9 +104,11 @@ fn DriftCharts(results: std::sync::Arc<Results>) -> impl IntoView {
     };
     view! {
         <div id="drift-chart" class="charts">
-            <Chart title="[CLS] cosine distance, clean vs perturbed" x_label="layer (0 = embeddings)"
+            <Chart title="[CLS] cosine distance, clean vs perturbed"
+                x_label="layer (0 = embeddings)"
                 series=series(|a| &a.cls_drift) log_y=false />
-            <Chart title="mean-token L2 distance, clean vs perturbed" x_label="layer (0 = embeddings)"
+            <Chart title="mean-token L2 distance, clean vs perturbed"
+                x_label="layer (0 = embeddings)"
                 series=series(|a| &a.mean_drift) log_y=false />
         </div>
     }
@@ -125,10 +135,14 @@ fn ResidualChart(results: std::sync::Arc<Results>) -> impl IntoView {
     view! {
         <div id="residual-chart" class="charts">
             {if series.is_empty() {
-                view! { <p class="muted">"T = 0: no iterations, so no residual to show."</p> }.into_any()
+                view! {
+                    <p class="muted">"T = 0: no iterations, so no residual to show."</p>
+                }.into_any()
             } else {
                 view! {
-                    <Chart title="IM residual ||z − h − φ(z)||² per iteration (solid clean, dashed perturbed)"
+                    <Chart
+                        title="IM residual ||z − h − φ(z)||² per iteration \
+                               (solid clean, dashed perturbed)"
                         x_label="iteration" series log_y=true />
                 }.into_any()
             }}

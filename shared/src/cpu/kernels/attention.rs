@@ -230,7 +230,8 @@ vectorised! {
                 *acc += a * b;
             }
         }
-        let tail: f32 = d_chunks.remainder().iter().zip(p_chunks.remainder()).map(|(a, b)| a * b).sum();
+        let tail: f32 =
+            d_chunks.remainder().iter().zip(p_chunks.remainder()).map(|(a, b)| a * b).sum();
         let dot = products.into_iter().fold(tail, |a, b| a + b);
         d.iter_mut().zip(p).for_each(|(d, p)| *d = scale * p * (*d - dot));
     }

@@ -91,10 +91,11 @@ fn blas_layout(x: &ndarray::ArrayView2<f32>) -> Option<crate::cpu::blas::Layout>
 /// initial `C` (`beta = 1`), written by the part's own thread; without one, `beta = 0` and the
 /// GEMM writes every element, so the output is never zeroed first.
 ///
-/// With OpenBLAS, its own thread pool is switched off ([`crate::cpu::blas::calling_thread_only`]): its
-/// threads spin for a while after each GEMM, and on a small machine they took the cores from
-/// the rayon kernels between GEMMs (`sched_yield` dominated the profile). One pool
-/// for everything avoids that. `matrixmultiply` threads itself and gets the product whole.
+/// With OpenBLAS, its own thread pool is switched off
+/// ([`crate::cpu::blas::calling_thread_only`]): its threads spin for a while after each GEMM, and
+/// on a small machine they took the cores from the rayon kernels between GEMMs (`sched_yield`
+/// dominated the profile). One pool for everything avoids that. `matrixmultiply` threads itself
+/// and gets the product whole.
 pub(super) fn gemm_by_rows(
     a: ndarray::ArrayView2<f32>,
     b: ndarray::ArrayView2<f32>,

@@ -177,10 +177,18 @@ fn normalise(v: f32, mean: f32, rstd: f32, gamma: f32, beta: f32) -> (f32, f32) 
 vectorised! {
     /// One row of [`layer_norm`]: writes `x_hat` and `y` (as many elements as `x` and `gamma`
     /// have), returns `rstd`.
-    fn layer_norm_row(x: &[f32], y: &mut [MaybeUninit<f32>], x_hat: &mut [MaybeUninit<f32>], gamma: &[f32], beta: Option<&[f32]>, eps: f64) -> f32 {
+    fn layer_norm_row(
+        x: &[f32],
+        y: &mut [MaybeUninit<f32>],
+        x_hat: &mut [MaybeUninit<f32>],
+        gamma: &[f32],
+        beta: Option<&[f32]>,
+        eps: f64,
+    ) -> f32 {
         let (mean, rstd) = mean_rstd(x, eps);
         let beta = beta.unwrap_or(&[]).iter().copied().chain(std::iter::repeat(0.0));
-        for ((((&v, y), h), &g), b) in x.iter().zip(y.iter_mut()).zip(x_hat.iter_mut()).zip(gamma).zip(beta) {
+        let rows = x.iter().zip(y.iter_mut()).zip(x_hat.iter_mut()).zip(gamma).zip(beta);
+        for ((((&v, y), h), &g), b) in rows {
             let (normalised, out) = normalise(v, mean, rstd, g, b);
             h.write(normalised);
             y.write(out);

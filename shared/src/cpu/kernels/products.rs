@@ -317,7 +317,8 @@ fn matmul_merged_cpu_f32<B: Backend>(
     }
     #[cfg(feature = "openblas")]
     crate::cpu::blas::calling_thread_only(); // the blocks run in parallel instead
-                                             // One batch item per block, `[m, part * heads + head, n]`; each product fills its columns.
+
+    // One batch item per block, `[m, part * heads + head, n]`; each product fills its columns.
     let columns = views.len() * heads;
     let width = columns * n;
     let products = |first: usize, [item]: [&mut [MaybeUninit<f32>]; 1]| {
@@ -340,8 +341,8 @@ fn matmul_merged_cpu_f32<B: Backend>(
 
 /// `parts` joined along their last dimension (the fused q/k/v weight and bias). On burn-ndarray
 /// with f32 data, one multi-threaded pass of row copies: burn-ndarray's `cat` copies element by
-/// element on one thread, and the weight is joined on every layer call and every IM iteration. Under autodiff,
-/// burn's own `cat`, whose backward slices the gradient.
+/// element on one thread, and the weight is joined on every layer call and every IM iteration.
+/// Under autodiff, burn's own `cat`, whose backward slices the gradient.
 pub fn concat<B: Backend, const D: usize>(parts: Vec<Tensor<B, D>>) -> Tensor<B, D> {
     let arrays: Option<Vec<SharedArray<f32>>> =
         parts.iter().map(|p| cpu_f32(p.clone()).ok()).collect();

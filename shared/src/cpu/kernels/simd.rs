@@ -7,18 +7,25 @@
 /// register, and calls to libm's `expf` not at all. Helpers the body calls must be
 /// `#[inline(always)]` to be compiled into each.
 macro_rules! vectorised {
-    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+    (
+        $(#[$meta:meta])*
+        $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block
+    ) => {
         $(#[$meta])*
         $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl") {
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+            {
                 #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
                 fn widest($($arg: $ty),*) $(-> $ret)? $body
                 // SAFETY: the CPU has the features `widest` was compiled for (checked above).
                 return unsafe { widest($($arg),*) };
             }
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
                 #[target_feature(enable = "avx2,fma")]
                 fn wide($($arg: $ty),*) $(-> $ret)? $body
                 // SAFETY: the CPU has the features `wide` was compiled for (checked above).
@@ -32,8 +39,9 @@ pub(super) use vectorised;
 
 /// `e^x` in f32, within 2 ulp of the exact value, as straight-line code the compiler vectorises
 /// (libm's `expf` is a call per element). Below -87.3 it is 0 (f32's normal range ends there),
-/// above 88 it is `e^88`, and NaN stays NaN. Range reduction `x = n ln 2 + r` with `|r| <= ln 2 / 2`, then Cephes'
-/// degree-5 minimax polynomial for `e^r`, then `2^n` built in the exponent bits.
+/// above 88 it is `e^88`, and NaN stays NaN. Range reduction `x = n ln 2 + r` with
+/// `|r| <= ln 2 / 2`, then Cephes' degree-5 minimax polynomial for `e^r`, then `2^n` built in the
+/// exponent bits.
 #[inline(always)]
 pub(super) fn exp_f32(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
@@ -87,8 +95,8 @@ pub(super) fn sum_f64_lanes(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
 }
 
 /// `Phi(x)` with `erf` from Abramowitz & Stegun 7.1.26 (error below 1.5e-7): one `exp` and no
-/// branches, and it vectorises, where `libm::erff` is a call per element. In f32 the result is within 4e-7 of `Phi`
-/// (test below), near f32's resolution of `Phi` close to 1.
+/// branches, and it vectorises, where `libm::erff` is a call per element. In f32 the result is
+/// within 4e-7 of `Phi` (test below), near f32's resolution of `Phi` close to 1.
 #[inline(always)]
 pub(super) fn cdf_f32(x: f32) -> f32 {
     let z = (x * std::f32::consts::FRAC_1_SQRT_2).abs();

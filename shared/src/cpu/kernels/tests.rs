@@ -283,7 +283,11 @@ fn attention_probs_kernel_matches_reference_with_masked_keys() {
 #[test]
 fn linear_kernel_matches_reference() {
     check_kernel!([[2, 5, 40], [1, 40, 24], [1, 1, 24]], scale 1.0, tracked [true; 3], tol 2e-5,
-        kernel |t| linear(t[0].clone(), t[1].clone().reshape([40, 24]), Some(t[2].clone().reshape([24]))),
+        kernel |t| linear(
+            t[0].clone(),
+            t[1].clone().reshape([40, 24]),
+            Some(t[2].clone().reshape([24])),
+        ),
         reference |t| t[0].clone().matmul(t[1].clone()) + t[2].clone());
     check_kernel!([[2, 5, 40], [1, 24, 40]], scale 1.0, tracked [true; 2], tol 2e-5,
         kernel |t| linear(t[0].clone(), t[1].clone().reshape([24, 40]).transpose(), None),
@@ -336,8 +340,14 @@ fn batched_matmul_kernel_matches_reference() {
         kernel |t| matmul(t[0].clone(), t[1].clone().swap_dims(2, 3)),
         reference |t| t[0].clone().matmul(t[1].clone().swap_dims(2, 3)));
     check_kernel!([[2, 5, 3, 4], [2, 5, 3, 4]], scale 1.0, tracked [true; 2], tol 2e-5,
-        kernel |t| matmul(t[0].clone().swap_dims(1, 2), t[1].clone().swap_dims(1, 2).swap_dims(2, 3)),
-        reference |t| t[0].clone().swap_dims(1, 2).matmul(t[1].clone().swap_dims(1, 2).swap_dims(2, 3)));
+        kernel |t| matmul(
+            t[0].clone().swap_dims(1, 2),
+            t[1].clone().swap_dims(1, 2).swap_dims(2, 3),
+        ),
+        reference |t| t[0]
+            .clone()
+            .swap_dims(1, 2)
+            .matmul(t[1].clone().swap_dims(1, 2).swap_dims(2, 3)));
 }
 
 /// `gemm_into` against a plain f64 triple loop on every operand layout it meets: row-major,
@@ -467,7 +477,8 @@ fn softmax_backward_kernel_matches_reference() {
     let shape = [2, 3, 5, 7];
     check_kernel!([shape, shape], scale 1.0, tracked [true; 2], tol 2e-5,
         kernel |t| softmax_backward(t[0].clone(), &t[1], 0.35),
-        reference |t| (t[1].clone() * (t[0].clone() - (t[0].clone() * t[1].clone()).sum_dim(3))).mul_scalar(0.35));
+        reference |t| (t[1].clone() * (t[0].clone() - (t[0].clone() * t[1].clone()).sum_dim(3)))
+            .mul_scalar(0.35));
 }
 
 #[test]
@@ -492,7 +503,8 @@ fn gelu_kernel_matches_reference() {
 /// whole rows; then the descent step.
 #[test]
 fn im_update_kernels_match_reference() {
-    check_kernel!([[3, 4, 50], [3, 4, 50], [3, 4, 50], [3, 4, 1]], scale 2.0, tracked [true, true, true, false], tol 2e-5,
+    check_kernel!([[3, 4, 50], [3, 4, 50], [3, 4, 50], [3, 4, 1]], scale 2.0,
+        tracked [true, true, true, false], tol 2e-5,
         kernel |t| masked_residual(&t[0], &t[1], t[2].clone(), &t[3]),
         reference |t| (t[0].clone() - t[1].clone() - t[2].clone()) * t[3].clone());
     let zeroed = values(masked_residual(
@@ -514,7 +526,8 @@ fn gelu_backward_kernel_matches_reference() {
     let shape = [3, 4, 50];
     check_kernel!([shape, shape], scale 2.0, tracked [true; 2], tol 2e-5,
         kernel |t| gelu_backward(t[0].clone(), &t[1], &normal_cdf(t[1].clone())),
-        reference |t| t[0].clone() * (cdf_reference(t[1].clone()) + t[1].clone() * pdf_reference(t[1].clone())));
+        reference |t| t[0].clone()
+            * (cdf_reference(t[1].clone()) + t[1].clone() * pdf_reference(t[1].clone())));
 }
 
 /// From an off-centre input, with and without `beta`; each of `y`, `x_hat` and `rstd` (the
@@ -526,16 +539,28 @@ fn layer_norm_kernel_matches_reference() {
         (t[1].clone().reshape([48]), Some(t[2].clone().reshape([48])))
     }
     check_kernel!(shapes, scale 2.0, tracked [true; 3], tol 2e-5,
-        kernel |t| { let (g, b) = gamma_beta(&t); layer_norm(t[0].clone().add_scalar(5.0), g, b, eps).0 },
-        reference |t| normalise_reference(t[0].clone().add_scalar(5.0), eps).0 * t[1].clone() + t[2].clone());
+        kernel |t| {
+            let (g, b) = gamma_beta(&t);
+            layer_norm(t[0].clone().add_scalar(5.0), g, b, eps).0
+        },
+        reference |t| normalise_reference(t[0].clone().add_scalar(5.0), eps).0 * t[1].clone()
+            + t[2].clone());
     check_kernel!(shapes[..2], scale 2.0, tracked [true; 2], tol 2e-5,
-        kernel |t| layer_norm(t[0].clone().add_scalar(5.0), t[1].clone().reshape([48]), None, eps).0,
+        kernel |t| {
+            layer_norm(t[0].clone().add_scalar(5.0), t[1].clone().reshape([48]), None, eps).0
+        },
         reference |t| normalise_reference(t[0].clone().add_scalar(5.0), eps).0 * t[1].clone());
     check_kernel!(shapes, scale 2.0, tracked [true, false, false], tol 2e-5,
-        kernel |t| { let (g, b) = gamma_beta(&t); layer_norm(t[0].clone().add_scalar(5.0), g, b, eps).1 },
+        kernel |t| {
+            let (g, b) = gamma_beta(&t);
+            layer_norm(t[0].clone().add_scalar(5.0), g, b, eps).1
+        },
         reference |t| normalise_reference(t[0].clone().add_scalar(5.0), eps).0);
     check_kernel!(shapes, scale 2.0, tracked [true, false, false], tol 2e-5,
-        kernel |t| { let (g, b) = gamma_beta(&t); layer_norm(t[0].clone().add_scalar(5.0), g, b, eps).2 },
+        kernel |t| {
+            let (g, b) = gamma_beta(&t);
+            layer_norm(t[0].clone().add_scalar(5.0), g, b, eps).2
+        },
         reference |t| normalise_reference(t[0].clone().add_scalar(5.0), eps).1);
 }
 

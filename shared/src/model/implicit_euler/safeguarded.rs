@@ -239,8 +239,9 @@ fn backtrack_on_device<B: Backend>(
     let mut step = gamma;
     for _ in 0..=MAX_HALVINGS {
         let trial = z.clone() - direction_value.clone() * per_example(step.clone().mul_scalar(2.0));
+        // 0/1 per example
         let accepted =
-            all.squared_norms(trial).lower_equal(old_norm.clone()).float() * pending.clone(); // 0/1 per example
+            all.squared_norms(trial).lower_equal(old_norm.clone()).float() * pending.clone();
         taken = taken + accepted.clone() * step.clone();
         pending = pending - accepted;
         step = step.mul_scalar(0.5);

@@ -1,5 +1,6 @@
-//! Text perturbations for robustness checks, shared by the native attack ([`crate::robustness::attack`]) and
-//! the browser demo: pure Rust, no I/O, deterministic for a given `u64` seed.
+//! Text perturbations for robustness checks, shared by the native attack
+//! ([`crate::robustness::attack`]) and the browser demo: pure Rust, no I/O, deterministic for a
+//! given `u64` seed.
 //!
 //! - Word level: [`typo`] (TextBugger's character bugs), [`synonym`] (nearest neighbours in the
 //!   model's own word embeddings, see [`crate::robustness::neighbours`]), [`delete_word`].

@@ -87,10 +87,11 @@ pub(in crate::cpu::kernels) fn attention_probs<B: Backend>(
     })))
 }
 
-/// [`kernels::layer_norm`]: `y`, `x_hat` and `rstd` from one pass, as three nodes (the IM-connection's
-/// VJP differentiates through `x_hat` and `rstd` too). With `g_y` the gradient of `y`:
-/// `dx = rstd (g - mean(g) - x_hat mean(g x_hat))` for `g = g_y gamma` (and for `g = g_x_hat`),
-/// `dgamma = sum(g_y x_hat)`, `dbeta = sum(g_y)`, and through `rstd`: `dx = -g_rstd rstd^2 x_hat / width`.
+/// [`kernels::layer_norm`]: `y`, `x_hat` and `rstd` from one pass, as three nodes (the
+/// IM-connection's VJP differentiates through `x_hat` and `rstd` too). With `g_y` the gradient of
+/// `y`: `dx = rstd (g - mean(g) - x_hat mean(g x_hat))` for `g = g_y gamma` (and for
+/// `g = g_x_hat`), `dgamma = sum(g_y x_hat)`, `dbeta = sum(g_y)`, and through `rstd`:
+/// `dx = -g_rstd rstd^2 x_hat / width`.
 #[allow(clippy::type_complexity)]
 pub(in crate::cpu::kernels) fn layer_norm<B: Backend, const D: usize>(
     x: &Tensor<B, D>,
@@ -198,7 +199,8 @@ fn unstack<'a, D: ndarray::RemoveAxis>(
     views
 }
 
-/// `g` `[batch, heads, seq, head_dim]` as part `part` of a zero `[batch, seq, parts * heads * head_dim]`.
+/// `g` `[batch, heads, seq, head_dim]` as part `part` of a zero
+/// `[batch, seq, parts * heads * head_dim]`.
 fn scatter_heads(
     g: Tensor<Inner, 4>,
     shape: [usize; 3],

@@ -37,7 +37,11 @@ macro_rules! check_grads {
         let g_burn = (burn * $r.clone()).sum().backward();
         $(
             let reference = values($input.grad(&g_burn).unwrap());
-            assert!(reference.iter().any(|v| v.abs() > 1e-6), "no gradient reaches {}", stringify!($input));
+            assert!(
+                reference.iter().any(|v| v.abs() > 1e-6),
+                "no gradient reaches {}",
+                stringify!($input)
+            );
             let e = rel(&values($input.grad(&g_ours).unwrap()), &reference);
             println!("{}: relative gradient error {e:.1e}", stringify!($input));
             assert!(e < 2e-5, "gradient of {} differs: {e:.1e}", stringify!($input));
