@@ -51,9 +51,9 @@ PROBE_PAIRS := $(if $(and $(filter-out $(FIXTURE_DATA),$(DATA)),$(wildcard $(DAT
 run: model
 	$(CARGO) run --release -p trainer -- probe --model $(MODEL) $(PROBE_PAIRS) --out report/probe
 
-## Every test: Rust unit and integration tests, then the browser and
+## Every test: lint (format, line length, clippy), Rust unit and integration tests, then the browser and
 ## transformers-side checks.
-test: model venv rust-test browser-test e2e python-check
+test: lint model venv rust-test browser-test e2e python-check
 
 ## rustfmt (rustfmt.toml: 100 columns), no tracked .rs line over 100 characters (rustfmt
 ## leaves long strings, comments and macro bodies alone), and clippy with warnings as errors,
