@@ -267,9 +267,11 @@ fn impossible_settings_are_refused_before_anything_is_written() {
     ];
     for (flag, value) in cases {
         let run = scratch("refused");
+        // `--flag=value`: clap would read a bare `-1e-8` as a flag.
+        let setting = format!("{flag}={value}");
         #[rustfmt::skip]
         let args = [
-            "finetune", "--task", "sst2", "--model", "tests/fixtures/tiny-bert", flag, value,
+            "finetune", "--task", "sst2", "--model", "tests/fixtures/tiny-bert", &setting,
             "--out", run.to_str().unwrap(),
         ];
         let out = trainer(&args, &[]);
