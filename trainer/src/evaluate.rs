@@ -222,23 +222,8 @@ pub fn evaluate<B: Backend>(
     args: &EvalArgs,
     device: &B::Device,
 ) -> Result<EvalReport> {
-    let tokenizer = BertTokenizer::from_dir(&target.model_dir).context("loading the tokenizer")?;
-    let (model, report) =
-        load_model_dir::<B>(&target.model_dir, Some(target.task.num_labels()), device)
-            .with_context(|| format!("loading {}", target.model_dir.display()))?;
-    if !report.initialized_fresh.is_empty() {
-        tracing::warn!(
-            "not a fine-tuned model: {:?} initialised fresh (random)",
-            report.initialized_fresh
-        );
-    }
-    let model = model.with_connections(&target.connection)?;
-    tokenizer.check_compatible(&model.config)?;
+    let (tokenizer, model) = load_for_eval::<B>(target, device)?;
     let max_len = model.max_len(args.max_len);
-    let limit = |v: Vec<Example>| match args.limit {
-        Some(n) => v.into_iter().take(n).collect(),
-        None => v,
-    };
     let (mut seconds, mut examples, mut tokens) = (0.0, 0usize, 0.0);
     let mut run_predict = |list: &[&Example]| -> Result<Predictions> {
         let p = predict(&model, &tokenizer, list, args.batch_size, max_len, device)?;
@@ -248,30 +233,7 @@ pub fn evaluate<B: Backend>(
         Ok(p)
     };
 
-    let mut clean = Vec::new();
-    for (split, file) in datasets::dev_files(data_dir, target.task) {
-        let dev = limit(
-            data::load(&file, target.task)
-                .with_context(|| format!("reading {}", file.display()))?,
-        );
-        let refs: Vec<&Example> = dev.iter().collect();
-        let p = run_predict(&refs)?;
-        let labels: Vec<usize> = dev.iter().map(|e| e.label).collect();
-        clean.push(CleanResult {
-            split,
-            score: score(&p.predicted, &labels, target.task == Task::Qqp),
-            majority_share: top_share(&labels),
-            top_prediction_share: top_share(&p.predicted),
-        });
-    }
-    if clean.is_empty() {
-        tracing::warn!(
-            "no GLUE dev file for {} in {}: clean accuracy comes from AdvGLUE originals only",
-            target.task,
-            data_dir.display()
-        );
-    }
-
+    let mut clean = clean_results(target.task, data_dir, args.limit, &mut run_predict)?;
     let adv_file = datasets::advglue_file(data_dir)?;
     let mut advglue = Vec::new();
     for task in datasets::advglue_tasks(target.task) {
@@ -314,6 +276,57 @@ pub fn evaluate<B: Backend>(
         ),
         examples_per_sec: if seconds > 0.0 { examples as f64 / seconds } else { 0.0 },
     })
+}
+
+/// The tokenizer and the classifier with the target's connections; a head the checkpoint lacks
+/// is announced, since its predictions mean nothing.
+fn load_for_eval<B: Backend>(
+    target: &EvalTarget,
+    device: &B::Device,
+) -> Result<(BertTokenizer, BertClassifier<B>)> {
+    let tokenizer = BertTokenizer::from_dir(&target.model_dir).context("loading the tokenizer")?;
+    let (model, report) =
+        load_model_dir::<B>(&target.model_dir, Some(target.task.num_labels()), device)
+            .with_context(|| format!("loading {}", target.model_dir.display()))?;
+    if !report.initialized_fresh.is_empty() {
+        tracing::warn!(
+            "not a fine-tuned model: {:?} initialised fresh (random)",
+            report.initialized_fresh
+        );
+    }
+    let model = model.with_connections(&target.connection)?;
+    tokenizer.check_compatible(&model.config)?;
+    Ok((tokenizer, model))
+}
+
+/// Accuracy (and F1 for QQP) on each GLUE dev split the data directory has for `task`.
+fn clean_results(
+    task: Task,
+    data_dir: &Path,
+    limit: Option<usize>,
+    run_predict: &mut dyn FnMut(&[&Example]) -> Result<Predictions>,
+) -> Result<Vec<CleanResult>> {
+    let mut clean = Vec::new();
+    for (split, file) in datasets::dev_files(data_dir, task) {
+        let dev = data::load(&file, task).with_context(|| format!("reading {}", file.display()))?;
+        let dev: Vec<Example> = dev.into_iter().take(limit.unwrap_or(usize::MAX)).collect();
+        let refs: Vec<&Example> = dev.iter().collect();
+        let p = run_predict(&refs)?;
+        let labels: Vec<usize> = dev.iter().map(|e| e.label).collect();
+        clean.push(CleanResult {
+            split,
+            score: score(&p.predicted, &labels, task == Task::Qqp),
+            majority_share: top_share(&labels),
+            top_prediction_share: top_share(&p.predicted),
+        });
+    }
+    if clean.is_empty() {
+        tracing::warn!(
+            "no GLUE dev file for {task} in {}: clean accuracy comes from AdvGLUE originals only",
+            data_dir.display()
+        );
+    }
+    Ok(clean)
 }
 
 fn evaluate_advglue(

@@ -194,32 +194,7 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("runs").join(format!("{:?}", args.preset).to_lowercase()));
-    let config = shared::BertConfig::from_file(&args.model.join("config.json"))?;
-    let tasks: Option<Vec<Task>> = args
-        .tasks
-        .as_ref()
-        .map(|t| t.iter().map(|s| s.parse()).collect::<Result<_, _>>())
-        .transpose()?;
-    let mut cells =
-        grid(args.preset, config.num_hidden_layers, tasks.as_deref(), args.seeds.as_deref());
-    if !args.connections.is_empty() {
-        // Canonical specs, so that a cell's name does not depend on how its spec was typed.
-        let specs: Vec<String> = args
-            .connections
-            .iter()
-            .map(|s| {
-                Ok(shared::ConnectionSpec::parse(s)
-                    .with_context(|| format!("--connection {s}"))?
-                    .to_spec_string())
-            })
-            .collect::<Result<_>>()?;
-        let mut seen = std::collections::BTreeSet::new();
-        cells = cells
-            .iter()
-            .filter(|c| seen.insert((c.task, c.adv, c.seed)))
-            .flat_map(|c| specs.iter().map(move |s| Cell { connection: s.clone(), ..c.clone() }))
-            .collect();
-    }
+    let cells = selected_cells(&args)?;
     println!("{} cells in {}", cells.len(), out.display());
     if args.dry_run {
         for c in &cells {
@@ -233,20 +208,15 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         out.file_name().map_or_else(|| "grid".to_string(), |n| n.to_string_lossy().into_owned());
     let results = args.results.join(&grid_name);
     for (i, cell) in cells.iter().enumerate() {
+        let progress = format!("[{}/{}] {}", i + 1, cells.len(), cell.dir_name());
         let dir = out.join(cell.dir_name());
         let summary_path = results.join(format!("{}.json", cell.dir_name()));
         if summary_path.exists() {
-            println!(
-                "[{}/{}] {}: summary in {}",
-                i + 1,
-                cells.len(),
-                cell.dir_name(),
-                summary_path.display()
-            );
+            println!("{progress}: summary in {}", summary_path.display());
             continue;
         }
         if !(dir.join("done").exists() && dir.join("eval.json").exists()) {
-            println!("[{}/{}] {}", i + 1, cells.len(), cell.dir_name());
+            println!("{progress}");
             crate::with_backend!(args.backend, |B, device| run_cell::<B>(
                 &args, cell, &dir, &data_dir, &device
             ))
@@ -254,13 +224,7 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         }
         std::fs::create_dir_all(&results)?;
         run::write_json(&summary_path, &run::RunSummary::read(&dir)?)?;
-        println!(
-            "[{}/{}] {}: summary written to {}",
-            i + 1,
-            cells.len(),
-            cell.dir_name(),
-            summary_path.display()
-        );
+        println!("{progress}: summary written to {}", summary_path.display());
     }
     if report::find_run_dirs(&out)?.is_empty() {
         // A fresh clone: every cell's summary is committed, no run directory is here.
@@ -277,6 +241,38 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         group_by: vec![GroupKey::Task, GroupKey::Connection, GroupKey::Adv],
         font: None,
     })
+}
+
+/// The preset's cells for the model's depth, narrowed to `--tasks` and `--seeds`; with
+/// `--connection`, each (task, adversarial mode, seed) once per given connection instead.
+fn selected_cells(args: &ReproduceArgs) -> Result<Vec<Cell>> {
+    let config = shared::BertConfig::from_file(&args.model.join("config.json"))?;
+    let tasks: Option<Vec<Task>> = args
+        .tasks
+        .as_ref()
+        .map(|t| t.iter().map(|s| s.parse()).collect::<Result<_, _>>())
+        .transpose()?;
+    let cells =
+        grid(args.preset, config.num_hidden_layers, tasks.as_deref(), args.seeds.as_deref());
+    if args.connections.is_empty() {
+        return Ok(cells);
+    }
+    // Canonical specs, so that a cell's name does not depend on how its spec was typed.
+    let specs: Vec<String> = args
+        .connections
+        .iter()
+        .map(|s| {
+            Ok(shared::ConnectionSpec::parse(s)
+                .with_context(|| format!("--connection {s}"))?
+                .to_spec_string())
+        })
+        .collect::<Result<_>>()?;
+    let mut seen = std::collections::BTreeSet::new();
+    Ok(cells
+        .iter()
+        .filter(|c| seen.insert((c.task, c.adv, c.seed)))
+        .flat_map(|c| specs.iter().map(move |s| Cell { connection: s.clone(), ..c.clone() }))
+        .collect())
 }
 
 fn run_cell<B: Backend>(
