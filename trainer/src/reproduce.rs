@@ -10,10 +10,11 @@ use clap::{Args, Parser, ValueEnum};
 use shared::data::Task;
 
 use crate::backend::BackendKind;
+use crate::datasets;
 use crate::evaluate::{self, EvalArgs, EvalTarget};
 use crate::finetune::{self, FinetuneArgs, RunOptions};
 use crate::report::{self, GroupKey, ReportArgs};
-use crate::{datasets, run};
+use crate::run::{self, RunConfig};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Preset {
@@ -100,6 +101,75 @@ impl Cell {
     }
 }
 
+/// What a preset varies: every combination of its tasks, connections, adversarial modes and
+/// seeds is one cell, all at the same train/validation sizes.
+struct Axes {
+    tasks: Vec<Task>,
+    connections: Vec<String>,
+    advs: Vec<&'static str>,
+    seeds: Vec<u64>,
+    samples: (Option<usize>, Option<usize>),
+}
+
+impl Axes {
+    fn of(preset: Preset, num_layers: usize) -> Axes {
+        let all_tasks = vec![Task::Sst2, Task::Qqp, Task::Qnli, Task::Mnli, Task::Rte];
+        let three = vec!["bert".to_string(), "ex".to_string(), "im:T=5,gamma=0.1".to_string()];
+        let low = (Some(1000), Some(500));
+        let axes = |tasks, connections, advs, seeds, samples| Axes {
+            tasks,
+            connections,
+            advs,
+            seeds,
+            samples,
+        };
+        match preset {
+            Preset::Smoke => axes(
+                vec![Task::Sst2],
+                vec!["bert".into(), "im:T=2,gamma=0.1".into()],
+                vec!["none"],
+                vec![0],
+                (Some(32), Some(16)),
+            ),
+            Preset::Table1 => axes(all_tasks, three, vec!["none"], vec![42], (None, None)),
+            Preset::LowResource => axes(all_tasks, three, vec!["none"], vec![0, 1, 2], low),
+            Preset::LayerGroups => {
+                let third = (num_layers / 3).max(1);
+                let groups = (0..num_layers).step_by(third).map(|a| {
+                    format!("im:T=5,gamma=0.1,layers={a}-{}", (a + third - 1).min(num_layers - 1))
+                });
+                axes(all_tasks, groups.collect(), vec!["none"], vec![0, 1, 2], low)
+            }
+            Preset::TSweep => axes(
+                vec![Task::Sst2],
+                [1, 5, 10, 15].iter().map(|t| format!("im:T={t},gamma=0.1")).collect(),
+                vec!["none"],
+                vec![0, 1, 2],
+                low,
+            ),
+            Preset::Creat => {
+                axes(all_tasks, vec!["bert".into()], vec!["creat", "pgd"], vec![0, 1, 2], low)
+            }
+            Preset::GradientStudy => {
+                // Cheapest first; the exact gradient at the fixed step (known to stay at chance,
+                // docs/numerics.md) last.
+                let specs = [
+                    ",grad=frozen",
+                    ",grad=detached",
+                    ",grad=frozen,step=backtrack",
+                    ",grad=detached,step=backtrack",
+                    ",step=backtrack",
+                    "",
+                ]
+                .iter()
+                .map(|g| format!("im:T=5,gamma=0.1{g}"))
+                .collect();
+                axes(vec![Task::Sst2], specs, vec!["none"], vec![0], low)
+            }
+        }
+    }
+}
+
 /// The cells of a preset for a model with `num_layers` layers.
 pub fn grid(
     preset: Preset,
@@ -107,80 +177,24 @@ pub fn grid(
     tasks: Option<&[Task]>,
     seeds: Option<&[u64]>,
 ) -> Vec<Cell> {
-    let all_tasks = [Task::Sst2, Task::Qqp, Task::Qnli, Task::Mnli, Task::Rte];
-    let three = ["bert".to_string(), "ex".to_string(), "im:T=5,gamma=0.1".to_string()];
-    let low = (Some(1000), Some(500));
-    let (task_list, connections, advs, default_seeds, samples): (
-        Vec<Task>,
-        Vec<String>,
-        Vec<&str>,
-        Vec<u64>,
-        _,
-    ) = match preset {
-        Preset::Smoke => (
-            vec![Task::Sst2],
-            vec!["bert".into(), "im:T=2,gamma=0.1".into()],
-            vec!["none"],
-            vec![0],
-            (Some(32), Some(16)),
-        ),
-        Preset::Table1 => {
-            (all_tasks.to_vec(), three.to_vec(), vec!["none"], vec![42], (None, None))
-        }
-        Preset::LowResource => {
-            (all_tasks.to_vec(), three.to_vec(), vec!["none"], vec![0, 1, 2], low)
-        }
-        Preset::LayerGroups => {
-            let third = (num_layers / 3).max(1);
-            let groups = (0..num_layers).step_by(third).map(|a| {
-                format!("im:T=5,gamma=0.1,layers={a}-{}", (a + third - 1).min(num_layers - 1))
-            });
-            (all_tasks.to_vec(), groups.collect(), vec!["none"], vec![0, 1, 2], low)
-        }
-        Preset::TSweep => (
-            vec![Task::Sst2],
-            [1, 5, 10, 15].iter().map(|t| format!("im:T={t},gamma=0.1")).collect(),
-            vec!["none"],
-            vec![0, 1, 2],
-            low,
-        ),
-        Preset::Creat => {
-            (all_tasks.to_vec(), vec!["bert".into()], vec!["creat", "pgd"], vec![0, 1, 2], low)
-        }
-        Preset::GradientStudy => {
-            // Cheapest first; the exact gradient at the fixed step (known to stay at chance,
-            // docs/numerics.md) last.
-            let specs = [
-                ",grad=frozen",
-                ",grad=detached",
-                ",grad=frozen,step=backtrack",
-                ",grad=detached,step=backtrack",
-                ",step=backtrack",
-                "",
-            ]
-            .iter()
-            .map(|g| format!("im:T=5,gamma=0.1{g}"))
-            .collect();
-            (vec![Task::Sst2], specs, vec!["none"], vec![0], low)
-        }
-    };
+    let axes = Axes::of(preset, num_layers);
     let task_list: Vec<Task> = match tasks {
-        Some(t) => task_list.into_iter().filter(|x| t.contains(x)).collect(),
-        None => task_list,
+        Some(t) => axes.tasks.into_iter().filter(|x| t.contains(x)).collect(),
+        None => axes.tasks,
     };
-    let seed_list = seeds.map(<[u64]>::to_vec).unwrap_or(default_seeds);
+    let seed_list = seeds.map(<[u64]>::to_vec).unwrap_or(axes.seeds);
     let mut cells = Vec::new();
     for &task in &task_list {
-        for connection in &connections {
-            for &adv in &advs {
+        for connection in &axes.connections {
+            for &adv in &axes.advs {
                 for &seed in &seed_list {
                     cells.push(Cell {
                         task,
                         connection: connection.clone(),
                         adv,
                         seed,
-                        train_samples: samples.0,
-                        val_samples: samples.1,
+                        train_samples: axes.samples.0,
+                        val_samples: axes.samples.1,
                     });
                 }
             }
@@ -284,53 +298,11 @@ fn run_cell<B: Backend>(
 ) -> Result<()> {
     let resume = dir.join("config.json").exists();
     let config = if resume {
-        run::read_json(&dir.join("config.json"))?
-    } else {
-        let mut flags: Vec<String> = vec![
-            "finetune".into(),
-            "--task".into(),
-            cell.task.name().into(),
-            "--model".into(),
-            args.model.display().to_string(),
-            "--connection".into(),
-            cell.connection.clone(),
-            "--adv".into(),
-            cell.adv.into(),
-            "--seed".into(),
-            cell.seed.to_string(),
-            "--epochs".into(),
-            args.epochs.to_string(),
-            "--lr".into(),
-            args.lr.to_string(),
-            "--data-dir".into(),
-            data_dir.display().to_string(),
-            "--max-grad-norm".into(),
-            args.max_grad_norm.to_string(),
-            "--backend".into(),
-            format!("{:?}", args.backend).to_lowercase(),
-        ];
-        let optional = [
-            ("--train-samples", cell.train_samples),
-            ("--val-samples", cell.val_samples),
-            ("--max-steps", args.max_steps),
-        ];
-        for (flag, value) in optional {
-            if let Some(v) = value {
-                flags.extend([flag.to_string(), v.to_string()]);
-            }
-        }
-        #[derive(Parser)]
-        struct Wrapper {
-            #[command(flatten)]
-            inner: FinetuneArgs,
-        }
-        let mut config = Wrapper::try_parse_from(&flags)?.inner.to_config()?;
-        let preset = args
-            .preset
-            .to_possible_value()
-            .map_or_else(|| format!("{:?}", args.preset), |v| v.get_name().to_string());
-        config.command = format!("trainer reproduce --preset {preset} (cell {})", cell.dir_name());
+        let config: RunConfig = run::read_json(&dir.join("config.json"))?;
+        config.check().with_context(|| format!("{}", dir.join("config.json").display()))?;
         config
+    } else {
+        cell_config(args, cell, data_dir)?
     };
     let options =
         RunOptions { save_final: false, checkpoint_every: 50, progress_every: 50, resume };
@@ -359,6 +331,56 @@ fn run_cell<B: Backend>(
         evaluate::markdown(&report).as_bytes(),
     )?;
     Ok(())
+}
+
+/// A new cell's run configuration: the `finetune` flags the cell stands for, parsed as the
+/// command line would be, so that a cell and a hand-typed run agree on every default.
+fn cell_config(args: &ReproduceArgs, cell: &Cell, data_dir: &Path) -> Result<RunConfig> {
+    let mut flags: Vec<String> = vec![
+        "finetune".into(),
+        "--task".into(),
+        cell.task.name().into(),
+        "--model".into(),
+        args.model.display().to_string(),
+        "--connection".into(),
+        cell.connection.clone(),
+        "--adv".into(),
+        cell.adv.into(),
+        "--seed".into(),
+        cell.seed.to_string(),
+        "--epochs".into(),
+        args.epochs.to_string(),
+        "--lr".into(),
+        args.lr.to_string(),
+        "--data-dir".into(),
+        data_dir.display().to_string(),
+        "--max-grad-norm".into(),
+        args.max_grad_norm.to_string(),
+        "--backend".into(),
+        format!("{:?}", args.backend).to_lowercase(),
+    ];
+    let optional = [
+        ("--train-samples", cell.train_samples),
+        ("--val-samples", cell.val_samples),
+        ("--max-steps", args.max_steps),
+    ];
+    for (flag, value) in optional {
+        if let Some(v) = value {
+            flags.extend([flag.to_string(), v.to_string()]);
+        }
+    }
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        inner: FinetuneArgs,
+    }
+    let mut config = Wrapper::try_parse_from(&flags)?.inner.to_config()?;
+    let preset = args
+        .preset
+        .to_possible_value()
+        .map_or_else(|| format!("{:?}", args.preset), |v| v.get_name().to_string());
+    config.command = format!("trainer reproduce --preset {preset} (cell {})", cell.dir_name());
+    Ok(config)
 }
 
 #[cfg(test)]
