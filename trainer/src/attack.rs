@@ -14,7 +14,7 @@ use shared::robustness::attack::{
     AttackConfig, AttackResult, AttackStatus, AttackSummary, PairField, TextFooler,
 };
 use shared::robustness::neighbours::WordNeighbours;
-use shared::{BertTokenizer, ConnectionSpec};
+use shared::{BertClassifier, BertTokenizer, ConnectionSpec};
 
 use crate::backend::BackendKind;
 
@@ -160,27 +160,7 @@ fn attack<B: Backend>(
     device: &B::Device,
 ) -> Result<()> {
     B::seed(device, args.seed);
-    let tokenizer = BertTokenizer::from_dir(&args.model).context("loading the tokenizer")?;
-    let (model, report) =
-        load_model_dir::<B>(&args.model, args.num_labels, device).context("loading the model")?;
-    for name in &report.initialized_fresh {
-        tracing::warn!(
-            "{name} is not in {}: initialised fresh (random)",
-            report.weights_file.display()
-        );
-    }
-    let task_labels = args.task.num_labels();
-    match model.num_labels() {
-        0 => bail!(
-            "{} has no classifier: pass --num-labels {task_labels} to add a fresh (random) one",
-            args.model.display()
-        ),
-        n if n != task_labels => {
-            bail!("the model has {n} classes, task {} has {task_labels}", args.task)
-        }
-        _ => {}
-    }
-    let model = model.with_connections(spec)?;
+    let (tokenizer, model) = load_victim::<B>(args, spec, device)?;
     let max_positions = model.config.max_position_embeddings;
     if args.max_len > max_positions {
         tracing::warn!(
@@ -232,6 +212,35 @@ fn attack<B: Backend>(
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The tokenizer and the classifier under attack, which must have the task's number of classes.
+fn load_victim<B: Backend>(
+    args: &AttackArgs,
+    spec: &ConnectionSpec,
+    device: &B::Device,
+) -> Result<(BertTokenizer, BertClassifier<B>)> {
+    let tokenizer = BertTokenizer::from_dir(&args.model).context("loading the tokenizer")?;
+    let (model, report) =
+        load_model_dir::<B>(&args.model, args.num_labels, device).context("loading the model")?;
+    for name in &report.initialized_fresh {
+        tracing::warn!(
+            "{name} is not in {}: initialised fresh (random)",
+            report.weights_file.display()
+        );
+    }
+    let task_labels = args.task.num_labels();
+    match model.num_labels() {
+        0 => bail!(
+            "{} has no classifier: pass --num-labels {task_labels} to add a fresh (random) one",
+            args.model.display()
+        ),
+        n if n != task_labels => {
+            bail!("the model has {n} classes, task {} has {task_labels}", args.task)
+        }
+        _ => {}
+    }
+    Ok((tokenizer, model.with_connections(spec)?))
 }
 
 fn print_report(report: &AttackReport) {
