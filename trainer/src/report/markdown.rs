@@ -110,39 +110,45 @@ fn main_table(md: &mut String, report: &Report) {
         "status",
     ]);
     table_header(md, &header);
-    let mut any_computed_flops = false;
     for g in &report.groups {
-        let mut flops = plain(g.flops, 1e-9, 2);
-        if g.flops_computed && g.flops.is_some() {
-            flops.push('*');
-            any_computed_flops = true;
+        for row in main_table_rows(g) {
+            table_row(md, &row);
         }
-        let n = if g.evaluated == g.runs.len() {
-            g.evaluated.to_string()
-        } else {
-            format!("{} (+{} not evaluated)", g.evaluated, g.runs.len() - g.evaluated)
-        };
-        let mut prefix: Vec<String> = g.values.iter().map(|v| md_escape(v)).collect();
-        if g.splits.is_empty() {
-            prefix.extend([
-                "–".into(),
-                n,
-                "–".into(),
-                "–".into(),
-                "–".into(),
-                "–".into(),
-                "–".into(),
-                "–".into(),
-                flops,
-                "–".into(),
-                g.status(),
-            ]);
-            table_row(md, &prefix);
-            continue;
-        }
-        for s in &g.splits {
+    }
+    if report.groups.iter().any(|g| g.flops_computed && g.flops.is_some()) {
+        writeln!(
+            md,
+            "\n\\* computed from the run's config at `max_len` (an upper bound): the run has no \
+             `eval.json`."
+        )
+        .ok();
+    }
+}
+
+/// A group's rows of the main table: one per split, or one of dashes when nothing was evaluated.
+fn main_table_rows(g: &GroupSummary) -> Vec<Vec<String>> {
+    let mut flops = plain(g.flops, 1e-9, 2);
+    if g.flops_computed && g.flops.is_some() {
+        flops.push('*');
+    }
+    let n = if g.evaluated == g.runs.len() {
+        g.evaluated.to_string()
+    } else {
+        format!("{} (+{} not evaluated)", g.evaluated, g.runs.len() - g.evaluated)
+    };
+    let prefix: Vec<String> = g.values.iter().map(|v| md_escape(v)).collect();
+    if g.splits.is_empty() {
+        let dashes = |k: usize| std::iter::repeat_n("–".to_string(), k);
+        let mut row = prefix;
+        row.extend(dashes(1).chain([n]).chain(dashes(6)).chain([flops]).chain(dashes(1)));
+        row.push(g.status());
+        return vec![row];
+    }
+    let flag = g.flagged();
+    g.splits
+        .iter()
+        .map(|s| {
             let mut row = prefix.clone();
-            let flag = g.flagged();
             row.extend([
                 s.split.clone(),
                 n.clone(),
@@ -154,17 +160,9 @@ fn main_table(md: &mut String, report: &Report) {
                 row.push(robust(s.levels.get(level.name()).copied(), g.evaluated, flag));
             }
             row.extend([flops.clone(), plain(g.examples_per_sec, 1.0, 1), g.status()]);
-            table_row(md, &row);
-        }
-    }
-    if any_computed_flops {
-        writeln!(
-            md,
-            "\n\\* computed from the run's config at `max_len` (an upper bound): the run has no \
-             `eval.json`."
-        )
-        .ok();
-    }
+            row
+        })
+        .collect()
 }
 
 /// AdvGLUE accuracy per task (columns) for each setting (rows), clean accuracy beside each, and
