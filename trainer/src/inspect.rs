@@ -77,6 +77,12 @@ pub struct InspectArgs {
 }
 
 impl InspectArgs {
+    /// Each `--text` with its `--text-b`, if one was given at the same position.
+    fn items(&self) -> Vec<(&str, Option<&str>)> {
+        let second = |i: usize| self.text_b.get(i).map(String::as_str);
+        self.text.iter().enumerate().map(|(i, a)| (a.as_str(), second(i))).collect()
+    }
+
     fn connection(&self) -> Result<ConnectionSpec> {
         if let Some(spec) = &self.connection {
             return Ok(ConnectionSpec::parse(spec)?);
@@ -189,12 +195,7 @@ fn print_grad_norms<B: burn::tensor::backend::AutodiffBackend>(
     if let Some(bad) = labels.iter().find(|&&l| l as usize >= num_labels) {
         bail!("--label {bad} is out of range: the head has {num_labels} classes");
     }
-    let items: Vec<(&str, Option<&str>)> = args
-        .text
-        .iter()
-        .enumerate()
-        .map(|(i, a)| (a.as_str(), args.text_b.get(i).map(String::as_str)))
-        .collect();
+    let items = args.items();
     let input = tokenizer.encode(&items, model.max_len(args.max_len))?.to_input::<B>(device);
     let logits =
         model.forward(&input, ForwardOptions::default()).logits.context("no classifier")?;
@@ -241,12 +242,7 @@ fn inspect<B: Backend>(
     device: &B::Device,
 ) -> Result<()> {
     let (tokenizer, model) = load::<B>(args, spec, device)?;
-    let items: Vec<(&str, Option<&str>)> = args
-        .text
-        .iter()
-        .enumerate()
-        .map(|(i, a)| (a.as_str(), args.text_b.get(i).map(String::as_str)))
-        .collect();
+    let items = args.items();
     let batch = tokenizer.encode(&items, model.max_len(args.max_len))?;
     let input = batch.to_input::<B>(device);
     let options = ForwardOptions { hidden_states: true, im_residuals: true, ..Default::default() };
