@@ -115,9 +115,28 @@ pub async fn analyse<B: Backend>(
             truncated: items_tokens > max_len,
         }
     };
-    let (seq, hidden_size) = (batch.seq, model.config.hidden_size);
-    let layers = hidden.len() / (2 * seq * hidden_size).max(1);
     let lengths = [batch.length(0), batch.length(1)];
+    let (cls_drift, mean_drift) =
+        layer_drifts(&hidden, batch.seq, model.config.hidden_size, lengths);
+    let traces = residual_traces(residual_layers, steps, &residuals);
+    Ok(Analysis {
+        clean: verdict(0),
+        perturbed: verdict(1),
+        cls_drift,
+        mean_drift,
+        residuals: traces,
+    })
+}
+
+/// Per layer, the clean-vs-perturbed drift: [CLS] cosine distance and the L2 distance of the
+/// mean-pooled states. `hidden` is [layers, 2 (clean, perturbed), seq, hidden_size], flat.
+fn layer_drifts(
+    hidden: &[f32],
+    seq: usize,
+    hidden_size: usize,
+    lengths: [usize; 2],
+) -> (Vec<f32>, Vec<f32>) {
+    let layers = hidden.len() / (2 * seq * hidden_size).max(1);
     let (mut cls_drift, mut mean_drift) = (Vec::with_capacity(layers), Vec::with_capacity(layers));
     for l in 0..layers {
         let token = |i: usize, t: usize| {
@@ -136,9 +155,15 @@ pub async fn analyse<B: Backend>(
         let (a, b) = (mean(0), mean(1));
         mean_drift.push(a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>().sqrt());
     }
-    let mut traces = Vec::with_capacity(residual_layers.len());
+    (cls_drift, mean_drift)
+}
+
+/// Splits the residuals read back in one piece (per layer, per iteration: [clean, perturbed])
+/// into one trace per IM layer.
+fn residual_traces(layers: Vec<usize>, steps: Vec<usize>, residuals: &[f32]) -> Vec<ResidualTrace> {
+    let mut traces = Vec::with_capacity(layers.len());
     let mut at = 0;
-    for (layer, n) in residual_layers.into_iter().zip(steps) {
+    for (layer, n) in layers.into_iter().zip(steps) {
         let values = &residuals[at..at + 2 * n];
         at += 2 * n;
         traces.push(ResidualTrace {
@@ -147,13 +172,7 @@ pub async fn analyse<B: Backend>(
             perturbed: values.iter().skip(1).step_by(2).copied().collect(),
         });
     }
-    Ok(Analysis {
-        clean: verdict(0),
-        perturbed: verdict(1),
-        cls_drift,
-        mean_drift,
-        residuals: traces,
-    })
+    traces
 }
 
 fn items_token_count(
@@ -183,5 +202,32 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
         dot / denom
     } else {
         0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drifts_compare_cls_and_the_mean_over_each_inputs_own_tokens() {
+        // One layer, seq 3, hidden 2. Clean: [1,0] [3,0] [pad]; perturbed: [0,1] [0,1] [0,1].
+        let hidden = [1.0, 0.0, 3.0, 0.0, 9.0, 9.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0];
+        let (cls, mean) = layer_drifts(&hidden, 3, 2, [2, 3]);
+        assert_eq!(cls.len(), 1);
+        assert!((cls[0] - 1.0).abs() < 1e-6, "orthogonal [CLS] states: {}", cls[0]);
+        // Means: clean [2, 0] (the padding token is not counted), perturbed [0, 1].
+        assert!((mean[0] - 5f32.sqrt()).abs() < 1e-6, "{}", mean[0]);
+    }
+
+    #[test]
+    fn residual_traces_split_the_flat_readback_per_layer() {
+        let flat = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
+        let traces = residual_traces(vec![1, 4], vec![2, 3], &flat);
+        assert_eq!(traces.len(), 2);
+        assert_eq!((traces[0].layer, &traces[0].clean[..]), (1, &[1.0, 3.0][..]));
+        assert_eq!(traces[0].perturbed, [2.0, 4.0]);
+        assert_eq!((traces[1].layer, &traces[1].clean[..]), (4, &[5.0, 7.0, 9.0][..]));
+        assert_eq!(traces[1].perturbed, [6.0, 8.0, 10.0]);
     }
 }
