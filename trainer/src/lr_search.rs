@@ -90,13 +90,14 @@ pub fn run(args: LrSearchArgs) -> Result<()> {
 }
 
 /// `lr-<rate>-<settings>`: `<settings>` is 8 hex digits of a hash of the run's whole
-/// configuration (but the command line), so that a search re-run with another seed, step
-/// budget, model or any other setting trains new runs instead of reporting the old ones, while
-/// the same command finds and resumes its own.
+/// configuration (but the command line and the directory it ran in), so that a search re-run
+/// with another seed, step budget, model or any other setting trains new runs instead of
+/// reporting the old ones, while the same command finds and resumes its own.
 fn run_name(flags: &FinetuneArgs) -> Result<String> {
     let mut config = serde_json::to_value(flags.to_config()?)?;
     if let Some(fields) = config.as_object_mut() {
         fields.remove("command");
+        fields.remove("started_in");
     }
     let mut hasher = fnv::FnvHasher::default();
     std::hash::Hasher::write(&mut hasher, config.to_string().as_bytes());

@@ -304,8 +304,7 @@ fn run_cell<B: Backend>(
     } else {
         cell_config(args, cell, data_dir)?
     };
-    let options =
-        RunOptions { save_final: false, checkpoint_every: 50, progress_every: 50, resume };
+    let options = RunOptions { checkpoint_every: 50, progress_every: 50, resume };
     finetune::train::<burn::backend::Autodiff<B>>(&config, dir, &options, device)?;
     let target = EvalTarget {
         model_dir: dir.join("best"),

@@ -13,7 +13,7 @@
 //!   done             present once training finished
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::ValueEnum;
@@ -121,9 +121,24 @@ pub struct RunConfig {
     pub backend: BackendKind,
     /// The command line that started the run.
     pub command: String,
+    /// Also write the last step's weights to RUN_DIR/final (`--save-final`), on every resume too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub save_final: bool,
+    /// The directory the run was started in: a relative `model` or `train_file` is relative to
+    /// it, so that `--resume` works from anywhere (absent in runs started before 2026-12-04).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_in: Option<PathBuf>,
 }
 
 impl RunConfig {
+    /// `path` (the model or the training file) as seen from the current directory.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        match &self.started_in {
+            Some(dir) if Path::new(path).is_relative() => dir.join(path),
+            _ => PathBuf::from(path),
+        }
+    }
+
     /// Refuses settings no run can train with, naming the flag, so that nothing is written for
     /// them (a NaN learning rate would otherwise land in config.json as `null`, which no later
     /// command can read).

@@ -1,80 +1,11 @@
-//! End to end through the `trainer` binary: fine-tune (tiny random BERT and MiniLM), resume
-//! after a crash with identical weights, CreAT/PGD, evaluation with the honesty flag. The runs
+//! End to end through the `trainer` binary: fine-tune (tiny random BERT and MiniLM), CreAT/PGD,
+//! evaluation with the honesty flag (resuming is tested in resume_cli.rs). The runs
 //! read the data samples committed under tests/fixtures/data (48 examples per split: enough for
 //! the 32 + 16 examples they draw), so they need no download.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn data_dir() -> PathBuf {
-    shared::data::test_data::fixtures_dir()
-}
-
-/// A fresh directory under target/test-artifacts.
-fn scratch(name: &str) -> PathBuf {
-    let dir = repo().join("target/test-artifacts/trainer").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
-    dir
-}
-
-fn trainer(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainer"));
-    cmd.args(args).current_dir(repo()).env("IMBERT_DATA", data_dir());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("the trainer binary runs")
-}
-
-fn ok(out: std::process::Output) -> String {
-    let text =
-        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "trainer failed:\n{text}");
-    text
-}
-
-fn tiny_finetune(run: &Path, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "finetune",
-        "--task",
-        "sst2",
-        "--model",
-        "tests/fixtures/tiny-bert",
-        "--train-samples",
-        "32",
-        "--val-samples",
-        "16",
-        "--batch-size",
-        "8",
-        "--max-len",
-        "24",
-        "--epochs",
-        "2",
-        "--max-steps",
-        "6",
-        "--checkpoint-every",
-        "2",
-        "--lr",
-        "1e-3",
-        "--save-final",
-        "--out",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.push(run.display().to_string());
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args
-}
-
-fn as_refs(v: &[String]) -> Vec<&str> {
-    v.iter().map(String::as_str).collect()
-}
+use common::*;
 
 #[test]
 fn tiny_bert_finetunes_evaluates_and_is_flagged_as_not_learned() {
@@ -146,34 +77,6 @@ fn an_overshooting_gamma_is_reported_before_training() {
     ok(trainer(&as_refs(&args), &[]));
     let log = std::fs::read_to_string(run.join("log.txt")).unwrap();
     assert!(log.contains("IM layer 0: ||r||^2") && !log.contains("warning"), "{log}");
-}
-
-#[test]
-fn a_crashed_run_resumes_to_identical_weights() {
-    // Dropout stays on (0.1): resumption must reproduce the dropout masks too.
-    let a = scratch("resume-a");
-    ok(trainer(&as_refs(&tiny_finetune(&a, &["--connection", "im", "--T", "2"])), &[]));
-
-    let b = scratch("resume-b");
-    let crashed = trainer(
-        &as_refs(&tiny_finetune(&b, &["--connection", "im", "--T", "2"])),
-        &[("IMBERT_CRASH_AFTER_STEP", "3")],
-    );
-    assert!(!crashed.status.success(), "the induced crash happened");
-    assert!(!b.join("done").exists());
-    let state: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(b.join("checkpoint/state.json")).unwrap())
-            .unwrap();
-    assert_eq!(state["step"], 2, "the last checkpoint before the crash");
-
-    ok(trainer(&["finetune", "--resume", b.to_str().unwrap(), "--save-final"], &[]));
-    let wa = std::fs::read(a.join("final/model.safetensors")).unwrap();
-    let wb = std::fs::read(b.join("final/model.safetensors")).unwrap();
-    assert!(wa == wb, "resumed weights differ from the uninterrupted run");
-    assert_eq!(
-        std::fs::read_to_string(a.join("metrics.jsonl")).unwrap().lines().count(),
-        std::fs::read_to_string(b.join("metrics.jsonl")).unwrap().lines().count()
-    );
 }
 
 #[test]

@@ -11,6 +11,45 @@ use crate::backend::BackendKind;
 use crate::datasets;
 use crate::run::{AdvKind, OptimizerKind, RunConfig};
 
+/// The flags that define a run (everything but --resume, --save-final and the checkpoint and
+/// progress intervals): `--resume` takes them from the run's config.json instead.
+pub(super) const RUN_SETTINGS: &[&str] = &[
+    "task",
+    "model",
+    "connection",
+    "iterations",
+    "gamma",
+    "im_layers",
+    "train_file",
+    "data_dir",
+    "train_samples",
+    "val_samples",
+    "seed",
+    "epochs",
+    "max_steps",
+    "batch_size",
+    "grad_accum",
+    "max_len",
+    "optimizer",
+    "lr",
+    "weight_decay",
+    "adam_eps",
+    "adam_beta1",
+    "adam_beta2",
+    "max_grad_norm",
+    "warmup_ratio",
+    "no_shuffle",
+    "dropout",
+    "adv",
+    "adv_epsilon",
+    "adv_alpha",
+    "adv_steps",
+    "adv_tau",
+    "adv_lambda",
+    "backend",
+    "out",
+];
+
 #[derive(Args, Debug, Clone)]
 pub struct FinetuneArgs {
     /// GLUE task: sst2, qqp, qnli, mnli, rte.
@@ -100,10 +139,12 @@ pub struct FinetuneArgs {
     /// Run directory to create (default: runs/<task>-<connection>-s<seed>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Resume the run in this directory from its last checkpoint.
-    #[arg(long)]
+    /// Resume the run in this directory from its last checkpoint. The run's settings are its
+    /// config.json's: a flag that would change one is refused.
+    #[arg(long, conflicts_with_all = RUN_SETTINGS)]
     pub resume: Option<PathBuf>,
-    /// Also write the last step's weights as an HF directory (RUN_DIR/final).
+    /// Also write the last step's weights as an HF directory (RUN_DIR/final); stored in the
+    /// run's config, so a resumed run writes it too (and `--resume DIR --save-final` adds it).
     #[arg(long)]
     pub save_final: bool,
     /// Write a resumable checkpoint every this many optimizer steps (and at every epoch end).
@@ -179,6 +220,8 @@ impl FinetuneArgs {
             adv_lambda: self.adv_lambda,
             backend: self.backend,
             command: std::env::args().collect::<Vec<_>>().join(" "),
+            save_final: self.save_final,
+            started_in: std::env::current_dir().ok(),
         };
         config.check()?;
         Ok(config)

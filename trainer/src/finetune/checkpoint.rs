@@ -1,8 +1,8 @@
 //! Resumable checkpoints: the model, the optimizer state and the loop counters.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use burn::module::Module;
 use burn::optim::Optimizer;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
@@ -39,10 +39,12 @@ pub(super) fn restore_checkpoint<B: AutodiffBackend, O: Optimizer<BertClassifier
 ) -> Result<(TrainState, BertClassifier<B>, O)> {
     let state: TrainState = run::read_json(&dir.join("state.json"))?;
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
-    let model = model
-        .load_file(dir.join("model"), &recorder, device)
-        .context("loading the checkpointed model")?;
-    let record = recorder.load(dir.join("optim"), device).context("loading the optimizer state")?;
+    let model = model.load_file(dir.join("model"), &recorder, device).with_context(|| {
+        format!("loading the checkpointed model {}", dir.join("model.mpk").display())
+    })?;
+    let record = recorder.load(dir.join("optim"), device).with_context(|| {
+        format!("loading the optimizer state {}", dir.join("optim.mpk").display())
+    })?;
     let optim = optim.load_record(record);
     truncate_metrics(metrics_path, state.step)?;
     Ok((state, model, optim))
@@ -61,9 +63,92 @@ pub(super) fn save_checkpoint<B: AutodiffBackend, O: Optimizer<BertClassifier<B>
     std::fs::create_dir_all(&tmp)?;
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
     model.clone().save_file(tmp.join("model"), &recorder).context("saving the model checkpoint")?;
+    if crash_hook("IMBERT_CRASH_IN_CHECKPOINT_AT_STEP") == Some(state.step) {
+        // Test hook: die half-way through writing a checkpoint.
+        std::process::abort();
+    }
     recorder.record(optim.to_record(), tmp.join("optim")).context("saving the optimizer state")?;
     run::write_json(&tmp.join("state.json"), state)?;
     shared::io::checkpoint::replace_dir(&tmp, dir)?;
+    Ok(())
+}
+
+/// The step a test hook in `name` asks the run to die at.
+pub(super) fn crash_hook(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
+}
+
+/// The checkpoint a resumed run continues from: `checkpoint/`, or the previous one when a kill
+/// landed between the two renames that replace it (the previous one moved aside, the new one
+/// not yet in place). Leftovers of killed writes are removed. `None` if the run never wrote one.
+pub(super) fn find_checkpoint(run_dir: &Path) -> Result<Option<PathBuf>> {
+    let dir = run_dir.join("checkpoint");
+    let entries =
+        std::fs::read_dir(run_dir).with_context(|| format!("reading {}", run_dir.display()))?;
+    let leftovers: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.starts_with(".checkpoint.tmp-") || name.starts_with(".checkpoint.old-")
+        })
+        .collect();
+    if dir.exists() {
+        ensure!(
+            dir.join("state.json").is_file(),
+            "{} has no state.json: the checkpoint is damaged; start the run again with another \
+             --out",
+            dir.display()
+        );
+    } else if let Some(old) = leftovers.iter().find(|p| {
+        p.to_string_lossy().contains(".checkpoint.old-") && p.join("state.json").is_file()
+    }) {
+        std::fs::rename(old, &dir).with_context(|| format!("restoring {}", old.display()))?;
+    }
+    for path in leftovers.iter().filter(|p| p.exists()) {
+        std::fs::remove_dir_all(path).with_context(|| format!("removing {}", path.display()))?;
+    }
+    Ok(dir.exists().then_some(dir))
+}
+
+/// Refuses a run whose checkpoint is gone although it trained (it validated, or finished):
+/// starting it over would silently replace what it had.
+pub(super) fn refuse_lost_progress(run_dir: &Path) -> Result<()> {
+    let metrics = run_dir.join("metrics.jsonl");
+    let validated = std::fs::read_to_string(&metrics).is_ok_and(|t| !t.trim().is_empty());
+    if validated || run_dir.join("done").exists() {
+        bail!(
+            "{} has trained (see {}) but holds no checkpoint/: it was removed, so the run cannot \
+             resume; restore checkpoint/, or start the run again with another --out",
+            run_dir.display(),
+            metrics.display()
+        );
+    }
+    Ok(())
+}
+
+/// Checks that a checkpoint's counters fit the run's schedule (a `state.json` edited or copied
+/// from another run would otherwise resume past the end, or mid-way into the wrong epoch).
+pub(super) fn check_state(
+    state: &TrainState,
+    steps_per_epoch: usize,
+    total_steps: usize,
+) -> Result<()> {
+    let fits = state.step <= total_steps
+        && state.step_in_epoch < steps_per_epoch
+        && state.step == state.epoch * steps_per_epoch + state.step_in_epoch
+        && (!state.finished || state.step == total_steps)
+        && state.best_val_loss.is_none_or(f64::is_finite);
+    ensure!(
+        fits,
+        "step {} (epoch {}, step {} in it, finished: {}) does not fit this run's schedule of {} \
+         steps, {} per epoch: the checkpoint belongs to another run or was edited",
+        state.step,
+        state.epoch + 1,
+        state.step_in_epoch,
+        state.finished,
+        total_steps,
+        steps_per_epoch
+    );
     Ok(())
 }
 

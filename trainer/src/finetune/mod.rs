@@ -43,8 +43,13 @@ pub fn run(args: FinetuneArgs) -> Result<()> {
     let (config, run_dir, resume) = match &args.resume {
         Some(dir) => {
             let path = dir.join("config.json");
-            let config = run::read_json::<RunConfig>(&path)?;
+            let mut config = run::read_json::<RunConfig>(&path)?;
             config.check().with_context(|| format!("{}", path.display()))?;
+            if args.save_final && !config.save_final {
+                // Stored, so that a later resume of this run writes final/ too.
+                config.save_final = true;
+                run::write_json(&path, &config)?;
+            }
             (config, dir.clone(), true)
         }
         None => {
@@ -54,7 +59,6 @@ pub fn run(args: FinetuneArgs) -> Result<()> {
         }
     };
     let options = RunOptions {
-        save_final: args.save_final,
         checkpoint_every: args.checkpoint_every.max(1),
         progress_every: args.progress_every.max(1),
         resume,
@@ -85,7 +89,6 @@ pub fn default_run_dir(config: &RunConfig) -> PathBuf {
 /// Settings of one invocation that are not part of the run's definition.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    pub save_final: bool,
     pub checkpoint_every: usize,
     /// Off a terminal, a progress line every this many optimizer steps (and every 30 s).
     pub progress_every: usize,

@@ -69,3 +69,21 @@ fn time_left_follows_this_sessions_pace() {
     assert_eq!(format_duration(Duration::from_secs(185)), "3m 05s");
     assert_eq!(format_duration(Duration::from_secs(3720)), "1h 02m");
 }
+
+#[test]
+fn every_flag_that_defines_a_run_is_refused_with_resume() {
+    use clap::Args;
+    let command = FinetuneArgs::augment_args(clap::Command::new("finetune"));
+    let per_invocation = ["resume", "save_final", "checkpoint_every", "progress_every"];
+    for arg in command.get_arguments() {
+        let id = arg.get_id().as_str();
+        assert!(
+            per_invocation.contains(&id) || super::args::RUN_SETTINGS.contains(&id),
+            "--{id} is neither in RUN_SETTINGS nor a per-invocation flag: would --resume \
+             silently ignore it?"
+        );
+    }
+    for id in super::args::RUN_SETTINGS {
+        assert!(command.get_arguments().any(|a| a.get_id() == *id), "{id} is not a flag");
+    }
+}

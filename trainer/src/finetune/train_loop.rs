@@ -15,7 +15,10 @@ use shared::io::checkpoint::{load_for_task, save_classifier};
 use shared::{BertClassifier, BertTokenizer, ForwardOptions};
 
 use super::adversarial::adversarial_loss;
-use super::checkpoint::{restore_checkpoint, save_checkpoint, TrainState};
+use super::checkpoint::{
+    check_state, find_checkpoint, refuse_lost_progress, restore_checkpoint, save_checkpoint,
+    TrainState,
+};
 use super::diagnostics::{check_im_residuals, diagnose_non_finite};
 use super::logging::{log, warn_if_exploding, Progress};
 use super::validation::{validate, write_model_card};
@@ -75,7 +78,7 @@ fn prepare<B: Backend>(
     device: &B::Device,
 ) -> Result<(Setup, BertClassifier<B>)> {
     let task = config.task;
-    let model_dir = PathBuf::from(&config.model);
+    let model_dir = config.resolve(&config.model);
     let tokenizer = BertTokenizer::from_dir(&model_dir).context("loading the tokenizer")?;
     // A fresh head is drawn from the backend's RNG: seed it, so every run (and a resumed one)
     // starts from the same weights.
@@ -117,8 +120,8 @@ fn prepare<B: Backend>(
 
 /// The seeded 8:2 split of the training file, or the low-resource subsample.
 fn split_data(config: &RunConfig, task: Task) -> Result<(Vec<Example>, Vec<Example>)> {
-    let all = data::load(&config.train_file, task)
-        .with_context(|| format!("reading {}", config.train_file))?;
+    let path = config.resolve(&config.train_file);
+    let all = data::load(&path, task).with_context(|| format!("reading {}", path.display()))?;
     let (train, val) = match config.train_samples {
         Some(n) => {
             data::low_resource_split(all, n, config.val_samples.unwrap_or(n / 2), config.seed)
@@ -133,7 +136,7 @@ fn split_data(config: &RunConfig, task: Task) -> Result<(Vec<Example>, Vec<Examp
         }
     };
     if train.is_empty() || val.is_empty() {
-        bail!("{}: not enough examples for a train/validation split", config.train_file);
+        bail!("{}: not enough examples for a train/validation split", path.display());
     }
     Ok((train, val))
 }
@@ -150,18 +153,21 @@ fn start_or_resume<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>>(
     device: &B::Device,
 ) -> Result<(TrainState, BertClassifier<B>, O)> {
     std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
-    let checkpoint_dir = run_dir.join("checkpoint");
     if options.resume {
-        let (state, model, optim) = if checkpoint_dir.join("state.json").exists() {
-            restore_checkpoint(
-                &checkpoint_dir,
-                &run_dir.join("metrics.jsonl"),
-                model,
-                optim,
-                device,
-            )?
-        } else {
-            (TrainState::default(), model, optim)
+        let (state, model, optim) = match find_checkpoint(run_dir)? {
+            Some(dir) => {
+                let metrics = run_dir.join("metrics.jsonl");
+                let (state, model, optim) =
+                    restore_checkpoint(&dir, &metrics, model, optim, device)?;
+                check_state(&state, setup.steps_per_epoch, setup.total_steps)
+                    .with_context(|| format!("{}", dir.join("state.json").display()))?;
+                (state, model, optim)
+            }
+            None => {
+                refuse_lost_progress(run_dir)?;
+                log(run_dir, "no checkpoint yet: training from step 0")?;
+                (TrainState::default(), model, optim)
+            }
         };
         if !state.finished {
             log(run_dir, &format!("resuming at step {} (epoch {})", state.step, state.epoch + 1))?;
@@ -226,16 +232,20 @@ impl<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>> Trainer<'_, B, O> {
     /// Steps until the schedule ends; the data order depends only on (seed, epoch), so a
     /// resumed run continues the epoch it was in.
     fn run_epochs(&mut self, mut model: BertClassifier<B>) -> Result<BertClassifier<B>> {
-        let crash_at: Option<usize> =
-            std::env::var("IMBERT_CRASH_AFTER_STEP").ok().and_then(|s| s.parse().ok());
+        let crash_at = super::checkpoint::crash_hook("IMBERT_CRASH_AFTER_STEP");
         let per_step = self.config.batch_size * self.config.grad_accum;
-        let (steps_per_epoch, total_steps) = (self.setup.steps_per_epoch, self.setup.total_steps);
+        let total_steps = self.setup.total_steps;
         while self.state.step < total_steps {
+            let epoch = self.state.epoch;
             let mut order: Vec<usize> = (0..self.setup.train.len()).collect();
             if self.config.shuffle {
-                data::shuffle(&mut order, self.config.seed.wrapping_add(self.state.epoch as u64));
+                data::shuffle(&mut order, self.config.seed.wrapping_add(epoch as u64));
             }
-            while self.state.step_in_epoch < steps_per_epoch && self.state.step < total_steps {
+            // `after_step` moves the state to the next epoch at this one's last step; the next
+            // epoch then draws its own order. (Until 2026-12-04 this loop tested only the step
+            // within the epoch, which `after_step` had just reset, so every epoch repeated the
+            // first one's order, and a run resumed in a later epoch did not.)
+            while self.state.epoch == epoch && self.state.step < total_steps {
                 B::seed(self.device, step_seed(self.config.seed, self.state.step));
                 let start = self.state.step_in_epoch * per_step;
                 let (next, lr, norms) =
@@ -353,7 +363,7 @@ impl<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>> Trainer<'_, B, O> {
         self.progress.finish();
         self.state.finished = true;
         save_checkpoint(&model, &self.optim, &self.state, &run_dir.join("checkpoint"))?;
-        if self.options.save_final {
+        if self.config.save_final {
             save_classifier(&model, &run_dir.join("final"), Some(&self.setup.model_dir))?;
             // The last validation measured these weights only if it ran at the last step.
             let metrics_path = run_dir.join("metrics.jsonl");

@@ -43,7 +43,7 @@ pub(super) fn validate<B: AutodiffBackend>(
     let best = state.best_val_loss.is_none_or(|b| p.loss < b);
     if best {
         state.best_val_loss = Some(p.loss);
-        save_classifier(&inference, &run_dir.join("best"), Some(Path::new(&config.model)))?;
+        save_classifier(&inference, &run_dir.join("best"), Some(&config.resolve(&config.model)))?;
         write_model_card(
             &run_dir.join("best"),
             config,

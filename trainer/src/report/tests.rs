@@ -42,6 +42,8 @@ fn run_config(task: &str, connection: &str, seed: u64) -> RunConfig {
         adv_lambda: 0.0,
         backend: crate::backend::BackendKind::Ndarray,
         command: "trainer finetune".into(),
+        save_final: false,
+        started_in: None,
     }
 }
 
