@@ -36,15 +36,15 @@ pub struct InspectArgs {
     /// Layers (0-based, inclusive, e.g. `3-5`) that use the connection; the rest stay BERT.
     #[arg(long = "im-layers", alias = "layers")]
     pub im_layers: Option<String>,
-    /// IM iterations T.
-    #[arg(long = "T", alias = "iterations", default_value_t = 5)]
-    pub iterations: usize,
-    /// IM step size gamma.
-    #[arg(long, default_value_t = 0.1)]
-    pub gamma: f64,
+    /// IM iterations T (default 5; --mode im only).
+    #[arg(long = "T", alias = "iterations")]
+    pub iterations: Option<usize>,
+    /// IM step size gamma (default 0.1; --mode im only).
+    #[arg(long)]
+    pub gamma: Option<f64>,
     /// A full connection spec (`im:T=5,gamma=0.1,grad=frozen,step=backtrack,layers=2-3`); replaces
     /// --mode, --T, --gamma and --im-layers.
-    #[arg(long, conflicts_with_all = ["mode", "im_layers"])]
+    #[arg(long, conflicts_with_all = ["mode", "im_layers", "iterations", "gamma"])]
     pub connection: Option<String>,
     /// Also print the gradient norm of each part (embeddings, layers, head) of the
     /// cross-entropy against --label on this batch, dropout off: an exploding training gradient
@@ -90,17 +90,10 @@ impl InspectArgs {
         let connection = match self.mode {
             Mode::Bert => Connection::Monotone,
             Mode::Ex => Connection::Explicit,
-            Mode::Im => Connection::Implicit(ImplicitEuler {
-                iterations: self.iterations,
-                gamma: self.gamma,
-                ..ImplicitEuler::default()
-            }),
+            Mode::Im => Connection::Implicit(ImplicitEuler::default()),
         };
-        let mut spec = ConnectionSpec { connection, layers: None };
-        if let Some(layers) = &self.im_layers {
-            spec.layers = ConnectionSpec::parse(&format!("bert:layers={layers}"))?.layers;
-        }
-        Ok(spec)
+        let spec = ConnectionSpec { connection, layers: None };
+        Ok(spec.with_flags(self.iterations, self.gamma, self.im_layers.as_deref())?)
     }
 }
 
@@ -162,6 +155,14 @@ pub fn run(args: InspectArgs) -> Result<()> {
         );
     }
     let spec = args.connection()?;
+    if let Some(n) =
+        args.num_labels.filter(|n| !(1..=shared::model::config::MAX_LABELS).contains(n))
+    {
+        bail!("--num-labels {n}: must be in 1..={}", shared::model::config::MAX_LABELS);
+    }
+    for note in spec.notes() {
+        eprintln!("note: {note}");
+    }
     crate::with_backend!(args.backend, |B, device| {
         inspect::<B>(&args, &spec, &device)?;
         if args.grad_norms {

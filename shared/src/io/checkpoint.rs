@@ -16,7 +16,7 @@ use burn::tensor::{Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
 
 use crate::model::bert::hf_init_linear;
-use crate::model::config::BertConfig;
+use crate::model::config::{BertConfig, MAX_LABELS};
 use crate::model::BertClassifier;
 use crate::Error;
 
@@ -225,6 +225,13 @@ pub fn load_from_tensors<B: Backend>(
             });
         }
     }
+    check_sizes(config, &source)?;
+    if num_labels > MAX_LABELS {
+        return Err(Error::Config {
+            path: file.into(),
+            message: format!("{num_labels} labels asked for; a head has at most {MAX_LABELS}"),
+        });
+    }
     let mut model = BertClassifier::<B>::new(config, num_labels, device);
     let mut report = LoadReport { weights_file: file.into(), ..LoadReport::default() };
     for (name, slot) in slots(&mut model) {
@@ -411,6 +418,50 @@ pub fn replace_dir(tmp: &Path, dir: &Path) -> Result<(), Error> {
         std::fs::remove_dir_all(&old).map_err(|e| Error::io(&old, e))?;
     } else {
         std::fs::rename(tmp, dir).map_err(|e| Error::io(dir, e))?;
+    }
+    Ok(())
+}
+
+/// Compares config.json's sizes with the weights' shapes before the model is allocated: a
+/// config that does not describe these weights is an error naming the field, not an abort.
+fn check_sizes(config: &BertConfig, source: &Source) -> Result<(), Error> {
+    let h = config.hidden_size;
+    let tables = [
+        ("vocab_size", "bert.embeddings.word_embeddings.weight", config.vocab_size),
+        (
+            "max_position_embeddings",
+            "bert.embeddings.position_embeddings.weight",
+            config.max_position_embeddings,
+        ),
+        ("type_vocab_size", "bert.embeddings.token_type_embeddings.weight", config.type_vocab_size),
+        (
+            "intermediate_size",
+            "bert.encoder.layer.0.intermediate.dense.weight",
+            config.intermediate_size,
+        ),
+    ];
+    let mismatch = |message: String| Error::Checkpoint { path: source.file.clone(), message };
+    for (field, name, rows) in tables {
+        if let Some((key, t)) = source.find(name) {
+            if t.shape != [rows, h] {
+                return Err(mismatch(format!(
+                    "config.json's {field} = {rows} and hidden_size = {h} do not fit `{key}`, \
+                     shaped {:?} here",
+                    t.shape
+                )));
+            }
+        }
+    }
+    let layers = (0..config.num_hidden_layers)
+        .take_while(|i| {
+            source.find(&format!("bert.encoder.layer.{i}.output.dense.weight")).is_some()
+        })
+        .count();
+    if layers > 0 && layers < config.num_hidden_layers {
+        return Err(mismatch(format!(
+            "config.json's num_hidden_layers = {} but the weights hold {layers} layers",
+            config.num_hidden_layers
+        )));
     }
     Ok(())
 }

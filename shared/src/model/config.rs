@@ -8,6 +8,16 @@ use std::path::Path;
 
 use crate::Error;
 
+/// Bounds on `config.json`'s sizes, far above any BERT (bert-large: vocabulary 30522, width
+/// 1024, 24 layers; multilingual vocabularies reach 250k).
+const MAX_VOCAB: usize = 1 << 22;
+const MAX_WIDTH: usize = 1 << 14;
+const MAX_LAYERS: usize = 256;
+const MAX_POSITIONS: usize = 1 << 20;
+const MAX_TYPES: usize = 1 << 10;
+/// The most classes a classification head may have (also bounds `--num-labels`).
+pub const MAX_LABELS: usize = 1 << 16;
+
 /// Hyper-parameters of a BERT encoder and its classification head, read from `config.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -92,10 +102,43 @@ impl BertConfig {
         Ok(config)
     }
 
-    /// Checks the invariants the model relies on.
+    /// Checks the invariants the model relies on, and every size against bounds no BERT comes
+    /// near, before anything is allocated for it (a `vocab_size` of 1e12 would otherwise abort
+    /// the process asking for petabytes).
     pub fn validate(&self) -> Result<(), String> {
-        if self.hidden_size == 0 || self.num_attention_heads == 0 {
-            return Err("hidden_size and num_attention_heads must be positive".into());
+        for (name, value, max) in [
+            ("vocab_size", self.vocab_size, MAX_VOCAB),
+            ("hidden_size", self.hidden_size, MAX_WIDTH),
+            ("num_hidden_layers", self.num_hidden_layers, MAX_LAYERS),
+            ("num_attention_heads", self.num_attention_heads, MAX_WIDTH),
+            ("intermediate_size", self.intermediate_size, 4 * MAX_WIDTH),
+            ("max_position_embeddings", self.max_position_embeddings, MAX_POSITIONS),
+            ("type_vocab_size", self.type_vocab_size, MAX_TYPES),
+        ] {
+            if !(1..=max).contains(&value) {
+                return Err(format!("{name} = {value} is outside 1..={max}"));
+            }
+        }
+        if self.pad_token_id >= self.vocab_size {
+            return Err(format!(
+                "pad_token_id = {} is not below vocab_size = {}",
+                self.pad_token_id, self.vocab_size
+            ));
+        }
+        if let Some(labels) = &self.id2label {
+            if labels.len() > MAX_LABELS {
+                return Err(format!(
+                    "id2label has {} labels, more than {MAX_LABELS}",
+                    labels.len()
+                ));
+            }
+        }
+        for (name, value) in
+            [("layer_norm_eps", self.layer_norm_eps), ("initializer_range", self.initializer_range)]
+        {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(format!("{name} = {value} must be a finite number > 0"));
+            }
         }
         if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(format!(
@@ -112,6 +155,7 @@ impl BertConfig {
         for (name, p) in [
             ("hidden_dropout_prob", self.hidden_dropout_prob),
             ("attention_probs_dropout_prob", self.attention_probs_dropout_prob),
+            ("classifier_dropout", self.classifier_dropout.unwrap_or(0.0)),
         ] {
             if !(0.0..1.0).contains(&p) {
                 return Err(format!("{name} = {p} is outside [0, 1)"));
@@ -181,6 +225,27 @@ mod tests {
         assert_eq!(c.extra["foo"], 1);
         let back: serde_json::Value = serde_json::to_value(&c).unwrap();
         assert_eq!(back["foo"], 1);
+    }
+
+    #[test]
+    fn sizes_no_bert_has_are_refused_by_name() {
+        let cases = [
+            (BertConfig { intermediate_size: 0, ..BertConfig::tiny() }, "intermediate_size = 0"),
+            (BertConfig { vocab_size: 1_000_000_000_000, ..BertConfig::tiny() }, "vocab_size"),
+            (BertConfig { num_hidden_layers: 0, ..BertConfig::tiny() }, "num_hidden_layers = 0"),
+            (BertConfig { pad_token_id: 100, ..BertConfig::tiny() }, "pad_token_id"),
+            (BertConfig { layer_norm_eps: f64::NAN, ..BertConfig::tiny() }, "layer_norm_eps"),
+            (
+                BertConfig { classifier_dropout: Some(1.0), ..BertConfig::tiny() },
+                "classifier_dropout",
+            ),
+        ];
+        for (config, needle) in cases {
+            let message = config.validate().unwrap_err();
+            assert!(message.contains(needle), "{needle}: {message}");
+        }
+        assert!(BertConfig::tiny().validate().is_ok());
+        assert!(BertConfig::default().validate().is_ok());
     }
 
     #[test]

@@ -50,6 +50,12 @@ pub enum Connection {
     Implicit(ImplicitEuler),
 }
 
+/// The most iterations a solve may take (the paper's T sweep ends at 15).
+pub const MAX_ITERATIONS: usize = 100;
+/// The largest step size accepted. The paper's is 0.1; steps of 4-5 are useful to study an
+/// overshoot (and as backtracking's first try), while 1e9 is only a typo.
+pub const MAX_GAMMA: f64 = 100.0;
+
 /// Algorithm 1's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ImplicitEuler {
@@ -306,9 +312,6 @@ impl ConnectionSpec {
                         .trim()
                         .parse()
                         .map_err(|_| err(format!("gamma = {value:?} is not a number")))?;
-                    if !im.gamma.is_finite() {
-                        return Err(err("gamma must be finite".into()));
-                    }
                     saw_im_key = true;
                 }
                 "grad" => {
@@ -362,7 +365,65 @@ impl ConnectionSpec {
         if saw_im_key && !matches!(connection, Connection::Implicit(_)) {
             return Err(err("T, gamma, grad, step and tol apply to `im` only".into()));
         }
-        Ok(Self { connection, layers })
+        let spec = Self { connection, layers };
+        spec.check().map_err(err)?;
+        Ok(spec)
+    }
+
+    /// The spec with the CLI's separate flags applied (`--T`, `--gamma`: IM only; `--im-layers`),
+    /// and checked; the one place every subcommand turns those flags into a connection.
+    pub fn with_flags(
+        mut self,
+        iterations: Option<usize>,
+        gamma: Option<f64>,
+        layers: Option<&str>,
+    ) -> Result<Self, Error> {
+        let flag_err =
+            |flag: String, message: String| Error::ConnectionSpec { spec: flag, message };
+        match &mut self.connection {
+            Connection::Implicit(im) => {
+                im.iterations = iterations.unwrap_or(im.iterations);
+                im.gamma = gamma.unwrap_or(im.gamma);
+            }
+            _ if iterations.is_some() || gamma.is_some() => {
+                let flag = if iterations.is_some() { "--T" } else { "--gamma" };
+                return Err(flag_err(flag.into(), "applies to the im connection only".into()));
+            }
+            _ => {}
+        }
+        if let Some(raw) = layers {
+            let range =
+                parse_range(raw.trim()).map_err(|m| flag_err(format!("--im-layers {raw}"), m))?;
+            self.layers = Some(range);
+        }
+        let text = self.to_spec_string();
+        self.check().map_err(|message| Error::ConnectionSpec { spec: text, message })?;
+        Ok(self)
+    }
+
+    /// Refuses settings no solve should run with: `T` above [`MAX_ITERATIONS`] (each one is a
+    /// forward and a backward through the layer), and `gamma` outside (0, [`MAX_GAMMA`]].
+    pub fn check(&self) -> Result<(), String> {
+        if let Connection::Implicit(im) = &self.connection {
+            if im.iterations > MAX_ITERATIONS {
+                return Err(format!("T = {} is above {MAX_ITERATIONS}", im.iterations));
+            }
+            if !(im.gamma > 0.0 && im.gamma <= MAX_GAMMA) {
+                return Err(format!("gamma = {} must lie in (0, {MAX_GAMMA}]", im.gamma));
+            }
+        }
+        Ok(())
+    }
+
+    /// What the user should know about a spec that is valid but easy to misread.
+    pub fn notes(&self) -> Vec<String> {
+        match &self.connection {
+            Connection::Implicit(im) if im.iterations == 0 => vec![format!(
+                "{self}: T = 0 runs no iteration, so each IM layer computes z0 = h + phi(h), \
+                 EX's step"
+            )],
+            _ => Vec::new(),
+        }
     }
 
     /// The connection of each of `num_layers` layers.
@@ -446,6 +507,33 @@ fn parse_range(value: &str) -> Result<(usize, usize), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn solves_no_one_should_run_are_refused() {
+        for bad in ["gamma=NaN", "gamma=inf", "gamma=-1", "gamma=0", "gamma=1e9", "T=1000"] {
+            let spec = format!("im:{bad}");
+            assert!(ConnectionSpec::parse(&spec).is_err(), "{spec} was accepted");
+        }
+        assert!(ConnectionSpec::parse("im:T=100,gamma=100").is_ok());
+        let t0 = ConnectionSpec::parse("im:T=0").unwrap();
+        assert!(t0.notes()[0].contains("EX's step"), "{:?}", t0.notes());
+        assert!(ConnectionSpec::parse("im").unwrap().notes().is_empty());
+    }
+
+    #[test]
+    fn cli_flags_are_applied_checked_and_named() {
+        let im = ConnectionSpec::parse("im:grad=detached").unwrap();
+        let spec = im.clone().with_flags(Some(3), Some(0.2), Some("1-2")).unwrap();
+        assert_eq!(spec.to_spec_string(), "im:T=3,gamma=0.2,grad=detached,layers=1-2");
+        let message = |r: Result<ConnectionSpec, Error>| r.unwrap_err().to_string();
+        let bert = ConnectionSpec::parse("bert").unwrap();
+        assert!(message(bert.clone().with_flags(Some(9), None, None)).contains("--T"));
+        assert!(message(bert.with_flags(None, Some(0.5), None)).contains("--gamma"));
+        let layers = message(im.clone().with_flags(None, None, Some("3-1")));
+        assert!(layers.contains("--im-layers 3-1") && !layers.contains("bert:"), "{layers}");
+        assert!(message(im.clone().with_flags(None, Some(f64::NAN), None)).contains("gamma"));
+        assert!(message(im.with_flags(Some(1000), None, None)).contains("T = 1000"));
+    }
 
     #[test]
     fn parses_the_issue_example() {

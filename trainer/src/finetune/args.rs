@@ -158,21 +158,8 @@ pub struct FinetuneArgs {
 
 impl FinetuneArgs {
     fn connection_spec(&self) -> Result<ConnectionSpec> {
-        let mut spec = ConnectionSpec::parse(&self.connection)?;
-        if let shared::Connection::Implicit(im) = &mut spec.connection {
-            if let Some(t) = self.iterations {
-                im.iterations = t;
-            }
-            if let Some(g) = self.gamma {
-                im.gamma = g;
-            }
-        } else if self.iterations.is_some() || self.gamma.is_some() {
-            bail!("--T and --gamma apply to --connection im only");
-        }
-        if let Some(layers) = &self.im_layers {
-            spec.layers = ConnectionSpec::parse(&format!("bert:layers={layers}"))?.layers;
-        }
-        Ok(spec)
+        let spec = ConnectionSpec::parse(&self.connection)?;
+        Ok(spec.with_flags(self.iterations, self.gamma, self.im_layers.as_deref())?)
     }
 
     /// The run's full configuration from the flags.

@@ -198,6 +198,9 @@ fn start_or_resume<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>>(
     for name in &setup.initialized_fresh {
         log(run_dir, &format!("{name} initialised fresh"))?;
     }
+    for note in config.connection.notes() {
+        log(run_dir, &note)?;
+    }
     check_im_residuals(
         &model.valid(),
         &setup.tokenizer,
