@@ -5,8 +5,10 @@ use std::path::PathBuf;
 /// Errors from loading, saving and running models.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    // The OS error is part of the message and not a `source`: a chain printed by anyhow would
+    // repeat it ("No such file or directory" twice).
+    #[error("{path}: {cause}")]
+    Io { path: PathBuf, cause: std::io::Error },
     #[error("{path}:{line}: invalid JSON: {message}")]
     Json { path: PathBuf, line: usize, message: String },
     #[error("{path}: invalid config: {message}")]
@@ -27,6 +29,6 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Self::Io { path: path.into(), source }
+        Self::Io { path: path.into(), cause: source }
     }
 }

@@ -102,6 +102,9 @@ pub struct AttackReport {
 }
 
 pub fn run(args: AttackArgs) -> Result<()> {
+    if let Some(json) = &args.json {
+        crate::run::check_output_path("--json", json)?;
+    }
     let config = AttackConfig {
         k: args.k,
         min_cosine: args.min_cos,
@@ -114,7 +117,9 @@ pub fn run(args: AttackArgs) -> Result<()> {
             FieldArg::B => PairField::TextB,
         },
     };
-    // Cheap checks first: a bad file should not wait for the model to load.
+    // Cheap checks first: bad settings or a bad file should not wait for the model to load.
+    config.validate()?;
+    crate::run::check_num_labels(args.num_labels)?;
     let mut examples = shared::data::load(&args.data, args.task)
         .with_context(|| format!("reading {} as {}", args.data.display(), args.task))?;
     if let Some(limit) = args.limit {

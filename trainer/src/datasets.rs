@@ -19,18 +19,14 @@ pub fn default_data_dir() -> PathBuf {
     }
 }
 
-fn first_existing(dir: &Path, candidates: &[String], what: &str) -> Result<PathBuf> {
+fn first_existing(dir: &Path, candidates: &[String], what: &str, hint: &str) -> Result<PathBuf> {
     for c in candidates {
         let p = dir.join(c);
         if p.exists() {
             return Ok(p);
         }
     }
-    bail!(
-        "no {what} in {} (looked for {}); pass a file explicitly or run `trainer fetch-data`",
-        dir.display(),
-        candidates.join(", ")
-    )
+    bail!("no {what} in {} (looked for {}); {hint}", dir.display(), candidates.join(", "))
 }
 
 /// The GLUE training file of `task` (full train set, else the 9,999-example GLUE-train subset).
@@ -40,6 +36,8 @@ pub fn train_file(dir: &Path, task: Task) -> Result<PathBuf> {
         dir,
         &[format!("normalized/{t}_train.jsonl"), format!("normalized/{t}_train_subset_a.jsonl")],
         &format!("{t} training file"),
+        "pass --train-file FILE, or --data-dir DIR holding that layout (`trainer fetch-data` \
+         writes it)",
     )
 }
 
@@ -65,6 +63,7 @@ pub fn advglue_file(dir: &Path) -> Result<PathBuf> {
         dir,
         &["advglue/dev_ann.json".into(), "advglue/dev.json".into()],
         "AdvGLUE dev file",
+        "pass --data-dir DIR holding that layout (`trainer fetch-data` writes it)",
     )
 }
 

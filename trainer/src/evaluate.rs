@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -22,7 +22,7 @@ use crate::run::{self, AdvResult, CleanResult, EvalReport, LevelResult, RunConfi
 #[derive(Args, Debug, Clone)]
 pub struct EvalArgs {
     /// A run directory: evaluates its best model and writes RUN_DIR/eval.json (+ eval.md).
-    #[arg(long, conflicts_with = "model")]
+    #[arg(long, conflicts_with_all = ["model", "task", "connection"])]
     pub run: Option<PathBuf>,
     /// An HF model directory with a classifier, or a web bundle (`trainer export --web`), instead
     /// of --run.
@@ -167,7 +167,13 @@ pub struct EvalTarget {
 }
 
 pub fn run(args: EvalArgs) -> Result<()> {
+    if args.limit == Some(0) || args.batch_size == 0 || args.max_len == 0 {
+        bail!("--limit, --batch-size and --max-len must be at least 1");
+    }
     let (target, out) = resolve(&args)?;
+    if let Some(out) = &out {
+        crate::run::check_output_path("--out", out)?;
+    }
     let data_dir = args.data_dir.clone().unwrap_or_else(datasets::default_data_dir);
     let report = crate::with_backend!(args.backend, |B, device| evaluate::<B>(
         &target, &data_dir, &args, &device
@@ -185,6 +191,13 @@ pub fn run(args: EvalArgs) -> Result<()> {
 fn resolve(args: &EvalArgs) -> Result<(EvalTarget, Option<PathBuf>)> {
     if let Some(run_dir) = &args.run {
         let config: RunConfig = run::read_json(&run_dir.join("config.json"))?;
+        if !run_dir.join("best").is_dir() {
+            bail!(
+                "{} has no best/: the run has not finished an epoch yet (resume it with \
+                 `trainer finetune --resume {0}`)",
+                run_dir.display()
+            );
+        }
         let target = EvalTarget {
             model_dir: run_dir.join("best"),
             task: config.task,
@@ -193,7 +206,8 @@ fn resolve(args: &EvalArgs) -> Result<(EvalTarget, Option<PathBuf>)> {
         return Ok((target, Some(args.out.clone().unwrap_or_else(|| run_dir.join("eval.json")))));
     }
     let model_dir = args.model.clone().context("--model or --run is required")?;
-    let card = read_model_card(&model_dir);
+    shared::io::checkpoint::check_model_dir(&model_dir)?;
+    let card = read_model_card(&model_dir)?;
     let task = match (&args.task, card.as_ref().and_then(|c| c["task"].as_str())) {
         (Some(t), _) => t.parse()?,
         (None, Some(t)) => t.parse()?,
@@ -210,10 +224,15 @@ fn resolve(args: &EvalArgs) -> Result<(EvalTarget, Option<PathBuf>)> {
     Ok((EvalTarget { model_dir, task, connection }, args.out.clone()))
 }
 
-/// The model card `imbert.json` that `finetune` writes next to a saved model, if any.
-pub fn read_model_card(dir: &Path) -> Option<serde_json::Value> {
-    let text = std::fs::read_to_string(dir.join("imbert.json")).ok()?;
-    serde_json::from_str(&text).ok()
+/// The model card `imbert.json` that `finetune` writes next to a saved model: `None` when there
+/// is none, an error naming the file when it cannot be read (a damaged card must not make an
+/// IM model silently evaluate as BERT).
+pub fn read_model_card(dir: &Path) -> Result<Option<serde_json::Value>> {
+    let path = dir.join("imbert.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    run::read_json(&path).map(Some)
 }
 
 pub fn evaluate<B: Backend>(
@@ -237,8 +256,10 @@ pub fn evaluate<B: Backend>(
     let adv_file = datasets::advglue_file(data_dir)?;
     let mut advglue = Vec::new();
     for task in datasets::advglue_tasks(target.task) {
-        let items: Vec<AdvExample> = data::load_advglue(&adv_file, task)
-            .with_context(|| format!("reading {}", adv_file.display()))?;
+        let items: Vec<AdvExample> = data::load_advglue(&adv_file, task)?;
+        if items.is_empty() {
+            bail!("{}: no AdvGLUE items of {task}", adv_file.display());
+        }
         let items: Vec<AdvExample> = match args.limit {
             Some(n) => items.into_iter().take(n).collect(),
             None => items,
@@ -308,7 +329,10 @@ fn clean_results(
 ) -> Result<Vec<CleanResult>> {
     let mut clean = Vec::new();
     for (split, file) in datasets::dev_files(data_dir, task) {
-        let dev = data::load(&file, task).with_context(|| format!("reading {}", file.display()))?;
+        let dev = data::load(&file, task)?;
+        if dev.is_empty() {
+            bail!("{}: no examples", file.display());
+        }
         let dev: Vec<Example> = dev.into_iter().take(limit.unwrap_or(usize::MAX)).collect();
         let refs: Vec<&Example> = dev.iter().collect();
         let p = run_predict(&refs)?;

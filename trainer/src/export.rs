@@ -129,6 +129,7 @@ fn check_name(name: &str) -> Result<()> {
 /// Writes the bundle and returns its card and total size in bytes.
 fn export_web(args: &ExportArgs, bundle_dir: &Path) -> Result<(ModelCard, u64)> {
     let source = &args.model;
+    shared::io::checkpoint::check_model_dir(source)?;
     let source_card = ModelCard::read(source)
         .with_context(|| format!("reading {}", source.join(CARD_FILE).display()))?;
     let (task, connection) = task_and_connection(args, source_card.as_ref())?;

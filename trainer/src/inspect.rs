@@ -52,7 +52,7 @@ pub struct InspectArgs {
     #[arg(long)]
     pub grad_norms: bool,
     /// Class of each --text for --grad-norms (repeat once per --text; default 0).
-    #[arg(long)]
+    #[arg(long, requires = "grad_norms")]
     pub label: Vec<usize>,
     /// Input text; repeat for a batch.
     #[arg(long, required = true)]
@@ -155,11 +155,10 @@ pub fn run(args: InspectArgs) -> Result<()> {
         );
     }
     let spec = args.connection()?;
-    if let Some(n) =
-        args.num_labels.filter(|n| !(1..=shared::model::config::MAX_LABELS).contains(n))
-    {
-        bail!("--num-labels {n}: must be in 1..={}", shared::model::config::MAX_LABELS);
+    if let Some(dump) = &args.dump {
+        crate::run::check_output_path("--dump", dump)?;
     }
+    crate::run::check_num_labels(args.num_labels)?;
     for note in spec.notes() {
         eprintln!("note: {note}");
     }
@@ -183,9 +182,12 @@ fn print_grad_norms<B: burn::tensor::backend::AutodiffBackend>(
     use burn::optim::GradientsParams;
     B::seed(device, 0);
     let tokenizer = BertTokenizer::from_dir(&args.model).context("loading the tokenizer")?;
-    let (mut model, _) =
-        load_classifier::<B>(&args.model, Some(args.num_labels.unwrap_or(2)), device)
-            .context("loading the model")?;
+    let load = |n| load_classifier::<B>(&args.model, n, device).context("loading the model");
+    // The checkpoint's own head, else a fresh one (two classes unless --num-labels says).
+    let (mut model, _) = load(args.num_labels)?;
+    if model.num_labels() == 0 {
+        model = load(Some(2))?.0;
+    }
     model.config.hidden_dropout_prob = 0.0;
     model.config.attention_probs_dropout_prob = 0.0;
     model.config.classifier_dropout = Some(0.0);

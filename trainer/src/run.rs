@@ -340,6 +340,34 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
+/// Checks, before any work, that an output file named by `flag` can be written: its directory
+/// exists and the path is not a directory (rather than failing after an hour of work).
+pub fn check_output_path(flag: &str, path: &Path) -> Result<()> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if path.is_dir() {
+        anyhow::bail!("{flag} {}: is a directory; name a file", path.display());
+    }
+    if !parent.is_dir() {
+        anyhow::bail!(
+            "{flag} {}: {} is not an existing directory",
+            path.display(),
+            parent.display()
+        );
+    }
+    Ok(())
+}
+
+/// `--num-labels`, when given, within what a classification head may have.
+pub fn check_num_labels(num_labels: Option<usize>) -> Result<()> {
+    let max = shared::model::config::MAX_LABELS;
+    match num_labels {
+        Some(n) if !(1..=max).contains(&n) => {
+            anyhow::bail!("--num-labels {n}: must be in 1..={max}")
+        }
+        _ => Ok(()),
+    }
+}
+
 /// All lines of a jsonl file.
 pub fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
     let text =

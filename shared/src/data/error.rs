@@ -7,8 +7,9 @@ use super::Task;
 /// What went wrong reading data; row errors name `file:line` (1-based).
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    // Not a `source`: anyhow would print the OS error twice (see crate::Error::Io).
+    #[error("{path}: {cause}")]
+    Io { path: PathBuf, cause: std::io::Error },
     #[error("{path}:{line}: invalid UTF-8")]
     InvalidUtf8 { path: PathBuf, line: usize },
     #[error("{path}:{line}: bad JSON: {message}")]

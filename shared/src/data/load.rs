@@ -69,7 +69,9 @@ fn extension(path: &Path) -> String {
 }
 
 fn unsupported(path: &Path) -> DataError {
-    let message = if extension(path) == "arrow" {
+    let message = if path.is_dir() {
+        "is a directory, not a data file"
+    } else if extension(path) == "arrow" {
         "Arrow files are not read; use the normalised jsonl (normalized/mnli_dev_*.jsonl)"
     } else {
         "unsupported file type (expected .tsv, .jsonl, .json or .txt)"

@@ -65,7 +65,7 @@ impl<T> Loaded<T> {
 /// A file's bytes, with the path in the error.
 pub fn read_bytes(path: impl AsRef<Path>) -> Result<Vec<u8>, DataError> {
     let path = path.as_ref();
-    std::fs::read(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })
+    std::fs::read(path).map_err(|source| DataError::Io { path: path.to_path_buf(), cause: source })
 }
 
 /// Non-blank lines as `(1-based line number, text)`, each checked for UTF-8 on its own so one

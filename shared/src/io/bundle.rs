@@ -177,8 +177,7 @@ impl ModelCard {
         if !path.exists() {
             return Ok(None);
         }
-        let bytes =
-            std::fs::read(&path).map_err(|e| Error::Io { path: path.clone(), source: e })?;
+        let bytes = std::fs::read(&path).map_err(|e| Error::Io { path: path.clone(), cause: e })?;
         Self::from_json_bytes(&bytes, &path.display().to_string()).map(Some)
     }
 
@@ -250,7 +249,7 @@ impl WebBundle {
     pub fn from_dir(dir: &Path) -> Result<Self, Error> {
         let read = |name: &str| {
             let path = dir.join(name);
-            std::fs::read(&path).map_err(|e| Error::Io { path, source: e })
+            std::fs::read(&path).map_err(|e| Error::Io { path, cause: e })
         };
         Self::from_bytes(
             &read("config.json")?,
@@ -295,7 +294,7 @@ pub fn load_model_dir<B: Backend>(
         return checkpoint::load_classifier(dir, num_labels, device);
     }
     let config = BertConfig::from_file(&dir.join("config.json"))?;
-    let bytes = std::fs::read(&int8).map_err(|e| Error::Io { path: int8.clone(), source: e })?;
+    let bytes = std::fs::read(&int8).map_err(|e| Error::Io { path: int8.clone(), cause: e })?;
     let tensors = dequantize_safetensors(&bytes, &int8.display().to_string())?;
     checkpoint::load_from_tensors(&config, tensors, num_labels, &int8, device)
 }

@@ -143,12 +143,7 @@ pub struct LoadReport {
 
 /// The weights file of an HF directory: `model.safetensors`, else `pytorch_model.bin`.
 pub fn weights_file(dir: &Path) -> Result<PathBuf, Error> {
-    if !dir.is_dir() {
-        return Err(Error::Checkpoint {
-            path: dir.into(),
-            message: "model directory not found".into(),
-        });
-    }
+    check_model_dir(dir)?;
     ["model.safetensors", "pytorch_model.bin"]
         .iter()
         .map(|f| dir.join(f))
@@ -188,13 +183,21 @@ pub fn load_for_task<B: Backend>(
     load_from_tensors(&config, tensors, Some(num_labels), &file, device)
 }
 
+/// Fails unless `dir` is a directory: a missing or mistyped model path is reported as such, not
+/// as the first file found missing inside it.
+pub fn check_model_dir(dir: &Path) -> Result<(), Error> {
+    let message = if !dir.exists() {
+        "model directory not found"
+    } else if !dir.is_dir() {
+        "is a file; a model is a directory (config.json, model.safetensors, vocab.txt)"
+    } else {
+        return Ok(());
+    };
+    Err(Error::Checkpoint { path: dir.into(), message: message.into() })
+}
+
 fn read_dir(dir: &Path) -> Result<(BertConfig, BTreeMap<String, HostTensor>, PathBuf), Error> {
-    if !dir.is_dir() {
-        return Err(Error::Checkpoint {
-            path: dir.into(),
-            message: "model directory not found".into(),
-        });
-    }
+    check_model_dir(dir)?;
     let config = BertConfig::from_file(&dir.join("config.json"))?;
     let file = weights_file(dir)?;
     let tensors = if file.extension().is_some_and(|e| e == "safetensors") {

@@ -67,6 +67,7 @@ impl BertTokenizer {
     /// `tokenizer.json` from `dir`, else a WordPiece tokenizer from `vocab.txt` (lower-casing
     /// unless `tokenizer_config.json` says `do_lower_case: false`).
     pub fn from_dir(dir: &Path) -> Result<Self, Error> {
+        crate::io::checkpoint::check_model_dir(dir)?;
         let json = dir.join("tokenizer.json");
         if json.exists() {
             let bytes = std::fs::read(&json).map_err(|e| Error::io(&json, e))?;
@@ -260,6 +261,11 @@ mod tests {
     #[test]
     fn missing_files_are_a_clear_error() {
         let err = BertTokenizer::from_dir(Path::new("/nonexistent-dir")).err().unwrap();
-        assert!(err.to_string().contains("neither tokenizer.json nor vocab.txt"));
+        assert!(err.to_string().contains("/nonexistent-dir: model directory not found"), "{err}");
+        let empty = std::env::temp_dir().join(format!("imbert-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        let err = BertTokenizer::from_dir(&empty).err().unwrap();
+        std::fs::remove_dir(&empty).unwrap();
+        assert!(err.to_string().contains("neither tokenizer.json nor vocab.txt"), "{err}");
     }
 }

@@ -39,15 +39,30 @@ pub(super) fn restore_checkpoint<B: AutodiffBackend, O: Optimizer<BertClassifier
 ) -> Result<(TrainState, BertClassifier<B>, O)> {
     let state: TrainState = run::read_json(&dir.join("state.json"))?;
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
-    let model = model.load_file(dir.join("model"), &recorder, device).with_context(|| {
-        format!("loading the checkpointed model {}", dir.join("model.mpk").display())
-    })?;
-    let record = recorder.load(dir.join("optim"), device).with_context(|| {
-        format!("loading the optimizer state {}", dir.join("optim.mpk").display())
-    })?;
+    let model = model
+        .load_file(dir.join("model"), &recorder, device)
+        .map_err(|e| damaged(&dir.join("model.mpk"), e))?;
+    let record =
+        recorder.load(dir.join("optim"), device).map_err(|e| damaged(&dir.join("optim.mpk"), e))?;
     let optim = optim.load_record(record);
     truncate_metrics(metrics_path, state.step)?;
     Ok((state, model, optim))
+}
+
+/// A checkpoint file burn could not read. Checkpoints are replaced whole (written aside, then
+/// renamed), so a file that does not load was cut or changed after it was written: say that,
+/// rather than burn's guess that its format changed.
+fn damaged(path: &Path, error: burn::record::RecorderError) -> anyhow::Error {
+    let detail = match std::fs::metadata(path) {
+        Err(_) => "it is missing".to_string(),
+        Ok(m) => format!("{} bytes, truncated or not a checkpoint this trainer wrote", m.len()),
+    };
+    let first_line = error.to_string().lines().next().unwrap_or_default().to_string();
+    anyhow::anyhow!(
+        "cannot read {} ({detail}; burn: {first_line}): restore it, or start the run again with \
+         another --out",
+        path.display()
+    )
 }
 
 pub(super) fn save_checkpoint<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>>(

@@ -121,7 +121,8 @@ fn prepare<B: Backend>(
 /// The seeded 8:2 split of the training file, or the low-resource subsample.
 fn split_data(config: &RunConfig, task: Task) -> Result<(Vec<Example>, Vec<Example>)> {
     let path = config.resolve(&config.train_file);
-    let all = data::load(&path, task).with_context(|| format!("reading {}", path.display()))?;
+    let all = data::load(&path, task)?;
+    let n_all = all.len();
     let (train, val) = match config.train_samples {
         Some(n) => {
             data::low_resource_split(all, n, config.val_samples.unwrap_or(n / 2), config.seed)
@@ -136,7 +137,17 @@ fn split_data(config: &RunConfig, task: Task) -> Result<(Vec<Example>, Vec<Examp
         }
     };
     if train.is_empty() || val.is_empty() {
-        bail!("{}: not enough examples for a train/validation split", path.display());
+        bail!(
+            "{}: {} for a train and a validation split ({} + {} drawn)",
+            path.display(),
+            if n_all == 0 {
+                "no examples (only a header?)".to_string()
+            } else {
+                format!("{n_all} examples are not enough")
+            },
+            train.len(),
+            val.len()
+        );
     }
     Ok((train, val))
 }

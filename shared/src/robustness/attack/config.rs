@@ -48,22 +48,28 @@ impl Default for AttackConfig {
 }
 
 impl AttackConfig {
-    pub(super) fn validate(&self) -> Result<(), Error> {
+    /// Checks every setting; the messages name the field and the `trainer attack` flag.
+    pub fn validate(&self) -> Result<(), Error> {
         let bad = |m: String| Err(Error::Input(format!("attack config: {m}")));
         if self.k == 0 {
-            return bad("k must be at least 1".into());
+            return bad("k (--k) must be at least 1".into());
         }
         if self.max_queries == 0 {
-            return bad("the query budget must be at least 1".into());
+            return bad("the query budget (--queries) must be at least 1".into());
         }
         if !(self.max_perturb_ratio > 0.0 && self.max_perturb_ratio <= 1.0) {
-            return bad(format!("max_perturb_ratio {} is not in (0, 1]", self.max_perturb_ratio));
+            return bad(format!(
+                "max_perturb_ratio (--max-ratio) {} is not in (0, 1]",
+                self.max_perturb_ratio
+            ));
         }
-        if self.min_cosine.is_nan() {
-            return bad("min_cosine is NaN".into());
+        if !(-1.0..=1.0).contains(&self.min_cosine) {
+            return bad(format!("min_cosine (--min-cos) {} is not in [-1, 1]", self.min_cosine));
         }
-        if self.batch_size == 0 {
-            return bad("batch_size must be at least 1".into());
+        if self.batch_size == 0 || self.max_len == 0 {
+            return bad(
+                "batch_size (--batch-size) and max_len (--max-len) must be at least 1".into()
+            );
         }
         Ok(())
     }
