@@ -474,16 +474,7 @@ fn run_dir_cases(s: &mut Suite) {
     let missing_export = s.path("models/none-export");
     s.case(
         "export a missing model",
-        &[
-            "export",
-            "--web",
-            "--model",
-            &missing_export,
-            "--site",
-            &site,
-            "--name",
-            "x",
-        ],
+        &["export", "--web", "--model", &missing_export, "--site", &site, "--name", "x"],
         "model directory not found",
     );
     let best = format!("{run_str}/best");
