@@ -195,6 +195,10 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     if pairs.is_empty() {
         bail!("no pairs to probe ({source})");
     }
+    if let Some(out) = &args.out {
+        // Created now, not after the forwards: a path that cannot be a directory fails first.
+        std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
+    }
 
     if let Some(path) = &args.f64_states {
         // The child: the same computation in f64, final [CLS] states only.

@@ -495,6 +495,7 @@ fn run_dir_cases(s: &mut Suite) {
 fn attack_and_probe_cases(s: &mut Suite) {
     let tiny = "tests/fixtures/tiny-bert";
     let missing = s.path("attack-data.txt");
+    let under_file = format!("{}/probe", s.file("probe-blocker", b"x"));
     let sst2 = data_dir().join("glue/SST-2/dev.tsv").display().to_string();
     let attack = |extra: &[&str]| -> Vec<String> {
         let mut args = vec!["attack", "--model", tiny, "--task", "sst2", "--connection", "bert"];
@@ -529,6 +530,11 @@ fn attack_and_probe_cases(s: &mut Suite) {
             "T = 1000",
         ),
         ("probe missing model", vec!["probe", "--model", &missing], missing.as_str()),
+        (
+            "probe --out under a file",
+            vec!["probe", "--model", tiny, "--text", "a", "--perturbed", "b", "--out", &under_file],
+            "--out",
+        ),
         (
             "probe perturbation unknown",
             vec!["probe", "--model", tiny, "--perturbation", "shout"],
