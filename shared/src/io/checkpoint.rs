@@ -448,8 +448,9 @@ fn check_sizes(config: &BertConfig, source: &Source) -> Result<(), Error> {
         if let Some((key, t)) = source.find(name) {
             if t.shape != [rows, h] {
                 return Err(mismatch(format!(
-                    "config.json's {field} = {rows} and hidden_size = {h} do not fit `{key}`, \
-                     shaped {:?} here",
+                    "config.json's {field} = {rows} and hidden_size = {h} expect `{key}` \
+                     shaped {:?}; it is {:?} here",
+                    [rows, h],
                     t.shape
                 )));
             }
