@@ -339,13 +339,18 @@ fn damaged_run(s: &Suite, run: &Path, name: &str, edit: impl FnOnce(&Path)) -> S
     let dir = s.root.join("runs").join(name);
     copy_dir(run, &dir);
     std::fs::remove_file(dir.join("done")).ok();
-    let state = dir.join("checkpoint/state.json");
-    let text = std::fs::read_to_string(&state)
-        .unwrap()
-        .replace("\"finished\": true", "\"finished\": false");
-    std::fs::write(&state, text).unwrap();
+    // Unfinished, so that a resume reads everything instead of stopping at "already finished".
+    replace_in(&dir.join("checkpoint/state.json"), "\"finished\": true", "\"finished\": false");
     edit(&dir);
     dir.display().to_string()
+}
+
+/// Replaces `from` by `to` in the file at `path`, which must contain it (else the case would
+/// test the undamaged file).
+fn replace_in(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{} lacks {from:?}", path.display());
+    std::fs::write(path, text.replace(from, to)).unwrap();
 }
 
 /// Run directories: `finetune --resume`, `eval --run`, `export`.
@@ -368,12 +373,7 @@ fn run_dir_cases(s: &mut Suite) {
         ),
         (
             "state-past-end",
-            |d| {
-                let p = d.join("checkpoint/state.json");
-                let t =
-                    std::fs::read_to_string(&p).unwrap().replace("\"step\": 6", "\"step\": 600");
-                std::fs::write(p, t).unwrap()
-            },
+            |d| replace_in(&d.join("checkpoint/state.json"), "\"step\": 6", "\"step\": 600"),
             "state.json",
         ),
         (
@@ -402,12 +402,7 @@ fn run_dir_cases(s: &mut Suite) {
         ),
         (
             "config-lr-null",
-            |d| {
-                let p = d.join("config.json");
-                let t =
-                    std::fs::read_to_string(&p).unwrap().replace("\"lr\": 0.001", "\"lr\": null");
-                std::fs::write(p, t).unwrap()
-            },
+            |d| replace_in(&d.join("config.json"), "\"lr\": 0.001", "\"lr\": null"),
             "config.json",
         ),
         (
