@@ -182,7 +182,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
     println!("{markdown}");
     if let Some(out) = out {
         run::write_json(&out, &report)?;
-        shared::io::checkpoint::write_atomic(&out.with_extension("md"), markdown.as_bytes())?;
+        shared::io::atomic::write_atomic(&out.with_extension("md"), markdown.as_bytes())?;
         eprintln!("wrote {} and {}", out.display(), out.with_extension("md").display());
     }
     Ok(())

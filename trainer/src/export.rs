@@ -346,7 +346,7 @@ fn write_checked(
         "reloaded bundle vs f32 model: max |logit difference| = {diff:.3e} on {} probe inputs",
         PROBES.len()
     );
-    checkpoint::replace_dir(&tmp, bundle_dir)?;
+    shared::io::atomic::replace_dir(&tmp, bundle_dir)?;
     Ok(total)
 }
 

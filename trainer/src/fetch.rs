@@ -60,7 +60,7 @@ pub fn run(args: FetchArgs) -> Result<()> {
                 .map(|e| serde_json::to_string(e).map(|s| s + "\n"))
                 .collect::<Result<_, _>>()?;
             let path = normalized.join(&file);
-            shared::io::checkpoint::write_atomic(&path, text.as_bytes())?;
+            shared::io::atomic::write_atomic(&path, text.as_bytes())?;
             println!("{}: {} rows", path.display(), rows.len());
         }
     }
@@ -76,7 +76,7 @@ pub fn run(args: FetchArgs) -> Result<()> {
         shared::data::parse_advglue_json(Path::new(&url), body.as_bytes(), &options).with_context(
             || format!("checking the download of {url}; {} is left as it was", path.display()),
         )?;
-        shared::io::checkpoint::write_atomic(&path, body.as_bytes())?;
+        shared::io::atomic::write_atomic(&path, body.as_bytes())?;
         println!("{}: {} bytes", path.display(), body.len());
     }
     Ok(())

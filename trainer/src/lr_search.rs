@@ -84,7 +84,7 @@ pub fn run(args: LrSearchArgs) -> Result<()> {
     let search = choose(trials)?;
     run::write_json(&out.join("search.json"), &search)?;
     let table = markdown(&search);
-    shared::io::checkpoint::write_atomic(&out.join("search.md"), table.as_bytes())?;
+    shared::io::atomic::write_atomic(&out.join("search.md"), table.as_bytes())?;
     println!("\n{table}");
     Ok(())
 }

@@ -207,11 +207,8 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             .iter()
             .map(|s| Ok(measure::<B64>(&args, s, &pairs)?.final_cls))
             .collect::<Result<_>>()?;
-        return shared::io::checkpoint::write_atomic(
-            path,
-            serde_json::to_string(&states)?.as_bytes(),
-        )
-        .map_err(Into::into);
+        return shared::io::atomic::write_atomic(path, serde_json::to_string(&states)?.as_bytes())
+            .map_err(Into::into);
     }
 
     type B = crate::backend::Cpu;
@@ -554,7 +551,7 @@ fn chart(
 pub fn write(r: &ProbeReport, out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     crate::run::write_json(&out.join("probe.json"), r)?;
-    shared::io::checkpoint::write_atomic(&out.join("probe.md"), markdown(r).as_bytes())?;
+    shared::io::atomic::write_atomic(&out.join("probe.md"), markdown(r).as_bytes())?;
     let font = report::find_font(None)?.map(|(_, f)| f);
     let cls =
         chart(r, "[CLS] drift: cosine distance (%)", "1 - cos (%)", |c| &c.cls_cosine_distance);

@@ -332,10 +332,7 @@ fn run_cell<B: Backend>(
     };
     let report = evaluate::evaluate::<B>(&target, data_dir, &eval_args, device)?;
     run::write_json(&dir.join("eval.json"), &report)?;
-    shared::io::checkpoint::write_atomic(
-        &dir.join("eval.md"),
-        evaluate::markdown(&report).as_bytes(),
-    )?;
+    shared::io::atomic::write_atomic(&dir.join("eval.md"), evaluate::markdown(&report).as_bytes())?;
     Ok(())
 }
 

@@ -336,7 +336,7 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
 /// Writes JSON through a temporary file and a rename.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     let text = serde_json::to_string_pretty(value)?;
-    shared::io::checkpoint::write_atomic(path, text.as_bytes())
+    shared::io::atomic::write_atomic(path, text.as_bytes())
         .with_context(|| format!("writing {}", path.display()))
 }
 

@@ -15,6 +15,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
 
+use crate::io::atomic::{replace_dir, sibling, write_atomic};
 use crate::model::bert::hf_init_linear;
 use crate::model::config::{BertConfig, MAX_LABELS};
 use crate::model::BertClassifier;
@@ -394,35 +395,6 @@ pub fn write_safetensors(path: &Path, named: &[(String, HostTensor)]) -> Result<
     let data = safetensors::serialize(views, metadata)
         .map_err(|e| Error::Checkpoint { path: path.into(), message: e.to_string() })?;
     write_atomic(path, &data)
-}
-
-/// Writes a file through a temporary sibling and a rename, so readers never see half of it.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let tmp = sibling(path, "tmp");
-    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
-}
-
-fn sibling(path: &Path, tag: &str) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    path.with_file_name(format!(".{name}.{tag}-{}", std::process::id()))
-}
-
-/// Moves the finished `tmp` directory to `dir`, replacing an older one (the old one is moved
-/// aside first, so `dir` is always either the old or the new directory, never a mix).
-pub fn replace_dir(tmp: &Path, dir: &Path) -> Result<(), Error> {
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-    }
-    if dir.exists() {
-        let old = sibling(dir, "old");
-        std::fs::rename(dir, &old).map_err(|e| Error::io(dir, e))?;
-        std::fs::rename(tmp, dir).map_err(|e| Error::io(dir, e))?;
-        std::fs::remove_dir_all(&old).map_err(|e| Error::io(&old, e))?;
-    } else {
-        std::fs::rename(tmp, dir).map_err(|e| Error::io(dir, e))?;
-    }
-    Ok(())
 }
 
 /// Compares config.json's sizes with the weights' shapes before the model is allocated: a

@@ -71,7 +71,7 @@ pub(super) fn save_checkpoint<B: AutodiffBackend, O: Optimizer<BertClassifier<B>
     state: &TrainState,
     dir: &Path,
 ) -> Result<()> {
-    let tmp = dir.with_file_name(format!(".checkpoint.tmp-{}", std::process::id()));
+    let tmp = shared::io::atomic::sibling(dir, "tmp");
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp)?;
     }
@@ -84,7 +84,7 @@ pub(super) fn save_checkpoint<B: AutodiffBackend, O: Optimizer<BertClassifier<B>
     }
     recorder.record(optim.to_record(), tmp.join("optim")).context("saving the optimizer state")?;
     run::write_json(&tmp.join("state.json"), state)?;
-    shared::io::checkpoint::replace_dir(&tmp, dir)?;
+    shared::io::atomic::replace_dir(&tmp, dir)?;
     Ok(())
 }
 
@@ -98,15 +98,7 @@ pub(super) fn crash_hook(name: &str) -> Option<usize> {
 /// not yet in place). Leftovers of killed writes are removed. `None` if the run never wrote one.
 pub(super) fn find_checkpoint(run_dir: &Path) -> Result<Option<PathBuf>> {
     let dir = run_dir.join("checkpoint");
-    let entries =
-        std::fs::read_dir(run_dir).with_context(|| format!("reading {}", run_dir.display()))?;
-    let leftovers: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            name.starts_with(".checkpoint.tmp-") || name.starts_with(".checkpoint.old-")
-        })
-        .collect();
+    shared::io::atomic::recover_dir(&dir)?;
     if dir.exists() {
         ensure!(
             dir.join("state.json").is_file(),
@@ -114,13 +106,6 @@ pub(super) fn find_checkpoint(run_dir: &Path) -> Result<Option<PathBuf>> {
              --out",
             dir.display()
         );
-    } else if let Some(old) = leftovers.iter().find(|p| {
-        p.to_string_lossy().contains(".checkpoint.old-") && p.join("state.json").is_file()
-    }) {
-        std::fs::rename(old, &dir).with_context(|| format!("restoring {}", old.display()))?;
-    }
-    for path in leftovers.iter().filter(|p| p.exists()) {
-        std::fs::remove_dir_all(path).with_context(|| format!("removing {}", path.display()))?;
     }
     Ok(dir.exists().then_some(dir))
 }
@@ -178,6 +163,6 @@ pub(super) fn truncate_metrics(path: &Path, step: usize) -> Result<()> {
         .iter()
         .map(|m| serde_json::to_string(m).map(|s| s + "\n"))
         .collect::<Result<_, _>>()?;
-    shared::io::checkpoint::write_atomic(path, text.as_bytes())?;
+    shared::io::atomic::write_atomic(path, text.as_bytes())?;
     Ok(())
 }
