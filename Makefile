@@ -99,6 +99,30 @@ $(VENV)/.installed:
 	$(PIP) --no-deps $(TORCH)
 	touch $@
 
+## The results grid's whole path at smoke budgets on MiniLM (`reproduce --smoke`): every arm of
+## block 1 searches its learning rate, trains, is evaluated, probed and reported. Summaries and
+## report stay under target/, never in results/. ~20 min on 2 cores (IM on all six layers is
+## most of it), so `make test` runs the same grid on the tiny test model instead
+## (trainer/tests/finetune_cli.rs, seconds).
+reproduce-smoke: model
+	rm -rf target/reproduce-smoke
+	$(CARGO) run -q -p trainer -- reproduce --preset sst2 --smoke --model $(MODEL) --data-dir $(DATA) \
+		--out target/reproduce-smoke/sst2
+	test -s target/reproduce-smoke/sst2/report/report.md
+	test -s target/reproduce-smoke/sst2/report/plots/drift_by_layer.svg
+
+## The results (results/README.md), block by block. Each grid resumes from the summaries committed
+## in results/runs, so a fresh clone trains only what is missing; the reports go to results/report.
+## T_SWEEP_LAYERS: block 1's best layer group (results/README.md).
+T_SWEEP_LAYERS ?= all
+REPRODUCE := $(CARGO) run --release -p trainer --features openblas -- reproduce --data-dir $(DATA)
+reproduce: model
+	$(REPRODUCE) --preset sst2
+	$(REPRODUCE) --preset t-sweep $(if $(filter all,$(T_SWEEP_LAYERS)),,--im-layers $(T_SWEEP_LAYERS))
+	$(REPRODUCE) --preset low-resource
+
+.PHONY: reproduce reproduce-smoke
+
 ## Regenerate the committed reference values (tests/fixtures) from PyTorch + transformers.
 references: model venv
 	$(PY) tests/python/reference.py --minilm $(MODEL) --out tests/fixtures

@@ -40,6 +40,10 @@ pub struct EvalArgs {
     /// Evaluate at most this many examples per split (quick checks).
     #[arg(long)]
     pub limit: Option<usize>,
+    /// Clean accuracy on a fixed sample of this many GLUE dev examples per split, the same items
+    /// for every model (the pair tasks' dev sets run to 40k); AdvGLUE is always evaluated whole.
+    #[arg(long)]
+    pub clean_sample: Option<usize>,
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
     #[arg(long, default_value_t = shared::io::tokenizer::DEFAULT_MAX_LEN)]
@@ -252,7 +256,8 @@ pub fn evaluate<B: Backend>(
         Ok(p)
     };
 
-    let mut clean = clean_results(target.task, data_dir, args.limit, &mut run_predict)?;
+    let mut clean =
+        clean_results(target.task, data_dir, args.limit, args.clean_sample, &mut run_predict)?;
     let adv_file = datasets::advglue_file(data_dir)?;
     let mut advglue = Vec::new();
     for task in datasets::advglue_tasks(target.task) {
@@ -275,6 +280,7 @@ pub fn evaluate<B: Backend>(
                 score: a.clean_original.clone(),
                 majority_share: 0.0,
                 top_prediction_share: 0.0,
+                sampled_from: None,
             });
         }
     }
@@ -325,6 +331,7 @@ fn clean_results(
     task: Task,
     data_dir: &Path,
     limit: Option<usize>,
+    sample: Option<usize>,
     run_predict: &mut dyn FnMut(&[&Example]) -> Result<Predictions>,
 ) -> Result<Vec<CleanResult>> {
     let mut clean = Vec::new();
@@ -333,6 +340,12 @@ fn clean_results(
         if dev.is_empty() {
             bail!("{}: no examples", file.display());
         }
+        let full = dev.len();
+        let dev = match sample {
+            Some(n) if n < full => fixed_sample(dev, n),
+            _ => dev,
+        };
+        let sampled_from = (dev.len() < full).then_some(full);
         let dev: Vec<Example> = dev.into_iter().take(limit.unwrap_or(usize::MAX)).collect();
         let refs: Vec<&Example> = dev.iter().collect();
         let p = run_predict(&refs)?;
@@ -342,6 +355,7 @@ fn clean_results(
             score: score(&p.predicted, &labels, task == Task::Qqp),
             majority_share: top_share(&labels),
             top_prediction_share: top_share(&p.predicted),
+            sampled_from,
         });
     }
     if clean.is_empty() {
@@ -351,6 +365,23 @@ fn clean_results(
         );
     }
     Ok(clean)
+}
+
+/// `n` examples chosen by a fixed hash of their position, in file order: the same items for
+/// every model, every run and every version of the `rand` crate.
+fn fixed_sample(examples: Vec<Example>, n: usize) -> Vec<Example> {
+    let key = |i: usize| {
+        let mut hasher = fnv::FnvHasher::default();
+        std::hash::Hasher::write_u64(&mut hasher, i as u64);
+        std::hash::Hasher::finish(&hasher)
+    };
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    order.sort_by_key(|&i| key(i));
+    let mut keep = vec![false; examples.len()];
+    for &i in order.iter().take(n) {
+        keep[i] = true;
+    }
+    examples.into_iter().zip(keep).filter_map(|(e, k)| k.then_some(e)).collect()
 }
 
 fn evaluate_advglue(
@@ -503,12 +534,30 @@ mod tests {
     }
 
     #[test]
+    fn the_clean_sample_is_fixed_and_keeps_file_order() {
+        let examples: Vec<Example> = (0..50)
+            .map(|i| Example { idx: i as i64, text_a: i.to_string(), text_b: None, label: i % 2 })
+            .collect();
+        let a = fixed_sample(examples.clone(), 20);
+        let b = fixed_sample(examples.clone(), 20);
+        let ids = |v: &[Example]| v.iter().map(|e| e.text_a.parse().unwrap()).collect::<Vec<u32>>();
+        assert_eq!(ids(&a), ids(&b), "the same items every time");
+        assert_eq!(a.len(), 20);
+        assert!(ids(&a).windows(2).all(|w| w[0] < w[1]), "in file order");
+        assert_ne!(ids(&a), (0..20).collect::<Vec<u32>>(), "not just the first 20");
+        let larger = ids(&fixed_sample(examples.clone(), 30));
+        assert!(ids(&a).iter().all(|i| larger.contains(i)), "a larger sample contains a smaller");
+        assert_eq!(fixed_sample(examples, 80).len(), 50);
+    }
+
+    #[test]
     fn near_chance_is_flagged() {
         let c = |acc, top| CleanResult {
             split: "sst2".into(),
             score: Score { n: 100, accuracy: acc, f1: None },
             majority_share: 0.51,
             top_prediction_share: top,
+            sampled_from: None,
         };
         assert!(did_not_learn(&[c(0.53, 0.6)]).unwrap().contains("majority"));
         assert!(did_not_learn(&[c(0.7, 0.95)]).unwrap().contains("one label"));

@@ -107,25 +107,32 @@ fn run_name(flags: &FinetuneArgs) -> Result<String> {
 
 /// Reads one finished run's validation history.
 fn trial(lr: f64, dir: &Path) -> Result<Trial> {
-    let metrics: Vec<EpochMetrics> = run::read_jsonl(&dir.join("metrics.jsonl"))?;
-    let best =
-        metrics.iter().min_by(|a, b| a.val_loss.total_cmp(&b.val_loss)).with_context(|| {
-            format!("{}: no validation recorded", dir.join("metrics.jsonl").display())
-        })?;
-    let near_chance = match (best.val_majority_share, best.val_top_prediction_share) {
-        (Some(majority), Some(top)) => evaluate::near_chance(best.val_accuracy, majority, top),
-        _ => None,
-    };
-    Ok(Trial {
-        lr,
-        run_dir: dir.to_path_buf(),
-        best_epoch: best.epoch,
-        val_loss: best.val_loss,
-        val_accuracy: best.val_accuracy,
-        val_majority_share: best.val_majority_share,
-        val_top_prediction_share: best.val_top_prediction_share,
-        near_chance,
-    })
+    let path = dir.join("metrics.jsonl");
+    let metrics: Vec<EpochMetrics> = run::read_jsonl(&path)?;
+    Trial::from_metrics(lr, dir, &metrics)
+        .with_context(|| format!("{}: no validation recorded", path.display()))
+}
+
+impl Trial {
+    /// The trial of a run at `lr` whose validations are `metrics`; `source` is its run directory
+    /// or committed summary. `None` when nothing was validated.
+    pub fn from_metrics(lr: f64, source: &Path, metrics: &[EpochMetrics]) -> Option<Trial> {
+        let best = metrics.iter().min_by(|a, b| a.val_loss.total_cmp(&b.val_loss))?;
+        let near_chance = match (best.val_majority_share, best.val_top_prediction_share) {
+            (Some(majority), Some(top)) => evaluate::near_chance(best.val_accuracy, majority, top),
+            _ => None,
+        };
+        Some(Trial {
+            lr,
+            run_dir: source.to_path_buf(),
+            best_epoch: best.epoch,
+            val_loss: best.val_loss,
+            val_accuracy: best.val_accuracy,
+            val_majority_share: best.val_majority_share,
+            val_top_prediction_share: best.val_top_prediction_share,
+            near_chance,
+        })
+    }
 }
 
 /// Picks the lowest validation loss.

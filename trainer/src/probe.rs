@@ -423,7 +423,12 @@ fn measure<B: Backend>(
 
 /// Runs this command again in f64 (`--f64-states`) and reads the final [CLS] states back.
 fn f64_final_states(args: &ProbeArgs) -> Result<Vec<Vec<f64>>> {
-    let exe = std::env::current_exe().context("finding the trainer executable")?;
+    let mut exe = std::env::current_exe().context("finding the trainer executable")?;
+    // Rebuilt while a long grid ran: the path now names "... (deleted)"; Linux still runs the
+    // image this process started from through /proc.
+    if !exe.exists() && Path::new("/proc/self/exe").exists() {
+        exe = PathBuf::from("/proc/self/exe");
+    }
     let tmp = std::env::temp_dir().join(format!("imbert-probe-f64-{}.json", std::process::id()));
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("probe").arg("--model").arg(&args.model).arg("--task").arg(&args.task);

@@ -282,6 +282,9 @@ pub struct CleanResult {
     pub majority_share: f64,
     /// Share of the most frequently *predicted* label: near 1 means a constant classifier.
     pub top_prediction_share: f64,
+    /// The split's size when the accuracy is over a fixed sample of it (`eval --clean-sample`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_from: Option<usize>,
 }
 
 /// AdvGLUE dev results on one task's items.
@@ -395,7 +398,13 @@ pub struct RunSummary {
     pub im_residuals: Option<ImResidualCheck>,
     /// `eval.json` as written by `trainer eval`.
     pub eval: serde_json::Value,
+    /// The stability probe of the run's best model (`reproduce` probes its SST-2 cells).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<crate::probe::ProbeReport>,
 }
+
+/// Where a run keeps the stability probe of its best model.
+pub const PROBE_FILE: &str = "probe/probe.json";
 
 impl RunSummary {
     /// Reads a finished, evaluated run directory.
@@ -406,9 +415,11 @@ impl RunSummary {
         let im_residuals =
             if residuals_path.exists() { Some(read_json(&residuals_path)?) } else { None };
         let eval = read_json(&dir.join("eval.json"))?;
+        let probe_path = dir.join(PROBE_FILE);
+        let probe = if probe_path.exists() { Some(read_json(&probe_path)?) } else { None };
         let name = dir.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let train_seconds = metrics.last().map_or(0.0, |m| m.elapsed_s);
-        Ok(Self { name, config, metrics, train_seconds, im_residuals, eval })
+        Ok(Self { name, config, metrics, train_seconds, im_residuals, eval, probe })
     }
 }
 
@@ -423,10 +434,18 @@ mod tests {
     fn committed_summaries_load_and_round_trip() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/runs");
         let mut checked = 0;
+        // Each grid's cells, and the learning-rate trials in its lr-search/ (beside each
+        // search's outcome, `*.search.json`).
+        let mut folders: Vec<PathBuf> = Vec::new();
         for grid in std::fs::read_dir(&root).unwrap() {
-            for file in std::fs::read_dir(grid.unwrap().path()).unwrap() {
+            let grid = grid.unwrap().path();
+            folders.extend([grid.join("lr-search"), grid].into_iter().filter(|d| d.is_dir()));
+        }
+        for folder in folders {
+            for file in std::fs::read_dir(folder).unwrap() {
                 let path = file.unwrap().path();
-                if path.extension().is_none_or(|e| e != "json") {
+                let name = path.file_name().unwrap().to_string_lossy();
+                if !name.ends_with(".json") || name.ends_with(".search.json") {
                     continue;
                 }
                 let raw: serde_json::Value = read_json(&path).unwrap();
@@ -438,8 +457,14 @@ mod tests {
                     "{}",
                     path.display()
                 );
+                // Grids that search the learning rate name it before the seed.
                 let suffix = format!("-{}-s{}", config.adv.name(), config.seed);
-                assert!(summary.name.ends_with(&suffix), "{} vs {suffix}", summary.name);
+                let with_lr = format!("-{}-lr{:e}-s{}", config.adv.name(), config.lr, config.seed);
+                assert!(
+                    summary.name.ends_with(&suffix) || summary.name.ends_with(&with_lr),
+                    "{} vs {suffix} or {with_lr}",
+                    summary.name
+                );
                 checked += 1;
             }
         }

@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::path::PathBuf;
+
 use common::*;
 
 #[test]
@@ -228,54 +230,80 @@ fn single_exact_sgd_step_for_the_pytorch_replay() {
     assert!(run.join("final/model.safetensors").exists() && run.join("split.json").exists());
 }
 
+/// The block-1 grid at smoke budgets on the tiny model: every arm searches the learning rate on
+/// seed 0, seed 1 trains at the chosen one, the report reads the summaries (not the trials), and
+/// a second run with only the summaries left trains nothing.
 #[test]
-fn reproduce_runs_a_grid_reports_it_and_resumes() {
+fn reproduce_searches_the_lr_runs_the_grid_reports_it_and_resumes() {
     let grid = scratch("grid-smoke");
-    let results = scratch("grid-smoke-results");
     let args = [
         "reproduce",
         "--preset",
-        "smoke",
+        "sst2",
+        "--smoke",
         "--model",
         "tests/fixtures/tiny-bert",
-        "--max-steps",
-        "2",
-        "--eval-limit",
-        "8",
+        // The untrained tiny model's validation loss prefers the smaller rate: listed second, so
+        // that seed 1 following the choice (not the first rate) is tested.
+        "--lrs",
+        "3e-3,1e-4",
         "--out",
         grid.to_str().unwrap(),
-        "--results",
-        results.to_str().unwrap(),
     ];
     let first = ok(trainer(&args, &[]));
-    assert!(first.contains("2 cells"), "{first}");
-    for f in [
-        "report/report.md",
-        "report/report.csv",
-        "report/report.json",
-        "sst2-bert-none-s0/eval.json",
-    ] {
-        assert!(grid.join(f).exists(), "{f} missing");
+    // 8 arms on the tiny model's 2 layers (thirds: 0-0, 1-1), each 2 lr trials + seed 1.
+    assert!(first.contains("24 cells (1 tasks x 8 arms x 2 seeds"), "{first}");
+    let summaries = grid.join("summaries");
+    let read = |path: PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!("{}: {e}", path.display());
+        }))
+        .unwrap()
+    };
+    let mut chosen_rates = Vec::new();
+    for stem in ["sst2-bert-none", "sst2-bert-creat", "sst2-im_T_5_gamma_0.1-none"] {
+        let search = read(summaries.join(format!("lr-search/{stem}-s0.search.json")));
+        let chosen = search["chosen_lr"].as_f64().unwrap();
+        chosen_rates.push(chosen);
+        let trials = search["trials"].as_array().unwrap();
+        assert_eq!(trials.len(), 2, "{search}");
+        let best = trials
+            .iter()
+            .min_by(|a, b| {
+                a["val_loss"].as_f64().unwrap().total_cmp(&b["val_loss"].as_f64().unwrap())
+            })
+            .unwrap();
+        assert_eq!(best["lr"].as_f64(), Some(chosen), "the lowest validation loss is chosen");
+        for seed in [0, 1] {
+            let cell = read(summaries.join(format!("{stem}-lr{chosen:e}-s{seed}.json")));
+            assert_eq!(cell["config"]["lr"].as_f64(), Some(chosen), "seed {seed} of {stem}");
+            assert_eq!(cell["config"]["seed"].as_u64(), Some(seed));
+            assert!(
+                cell["eval"]["advglue"].is_array() && cell["train_seconds"].as_f64() > Some(0.0)
+            );
+        }
+        for lr in [3e-3, 1e-4] {
+            assert!(summaries.join(format!("lr-search/{stem}-lr{lr:e}-s0.json")).exists());
+        }
     }
+    assert!(chosen_rates.contains(&1e-4), "some arm chose the second rate: {chosen_rates:?}");
+    let report = read(grid.join("report/report.json"));
+    assert_eq!(report["runs"].as_array().unwrap().len(), 16, "the grid's cells, not its trials");
     let md = std::fs::read_to_string(grid.join("report/report.md")).unwrap();
     assert!(md.contains("did not learn"), "a near-chance model is flagged in the report");
-    // Each finished cell leaves a summary to commit: settings, validations, evaluation, time.
-    let summary: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(results.join("grid-smoke/sst2-bert-none-s0.json")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(summary["config"]["connection"], "bert");
-    assert!(
-        !summary["metrics"].as_array().unwrap().is_empty() && summary["eval"]["advglue"].is_array(),
-        "{summary}"
-    );
-    assert!(summary["train_seconds"].as_f64().unwrap() > 0.0);
+    assert!(!repo().join("results/runs/grid-smoke").exists(), "a smoke commits nothing");
     // A grid whose summaries exist is skipped cell by cell, even without its run directories
     // (a fresh clone of the repository).
-    std::fs::remove_dir_all(&grid).unwrap();
+    for entry in std::fs::read_dir(&grid).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() != "summaries" {
+            std::fs::remove_dir_all(&path).unwrap();
+        }
+    }
     let again = ok(trainer(&args, &[]));
-    assert_eq!(again.matches(": summary in").count(), 2, "{again}");
-    assert!(!grid.join("sst2-bert-none-s0").exists(), "nothing was trained again");
+    assert_eq!(again.matches(": summary in").count(), 24, "{again}");
+    assert!(!grid.join("sst2-bert-none-lr1e-4-s0").exists(), "nothing was trained again");
+    assert!(grid.join("report/report.md").exists(), "the report is rebuilt from the summaries");
 }
 
 /// Each validation records the gradient norm of every part; clipping is part of the run's config.

@@ -1,5 +1,5 @@
 //! The plots as data (testable without drawing): accuracy vs IM's `T`, per IM layer range, per
-//! attack level.
+//! attack level, and the stability probe's drift per layer.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -124,7 +124,46 @@ pub fn charts(report: &Report) -> Vec<(String, Chart)> {
             out.push((format!("attack_levels_{stem}"), Chart::Bars(c)));
         }
     }
+    if let Some(c) = drift_by_layer(report) {
+        out.push(("drift_by_layer".to_string(), Chart::Lines(c)));
+    }
     out
+}
+
+/// One line per probed group: the [CLS] drift between AdvGLUE items and their clean originals,
+/// layer by layer (0: the embeddings), on the group's own trained weights.
+fn drift_by_layer(report: &Report) -> Option<LineChart> {
+    let series: Vec<LineSeriesData> = report
+        .groups
+        .iter()
+        .filter(|g| !g.drift_by_layer.is_empty())
+        .enumerate()
+        .map(|(color, g)| LineSeriesData {
+            label: with_flag(g.values.join(" "), g.flagged()),
+            color,
+            clean: false,
+            points: g
+                .drift_by_layer
+                .iter()
+                .enumerate()
+                .map(|(layer, s)| {
+                    let (mean, std) = pct_point(*s);
+                    (layer as f64, mean, std)
+                })
+                .collect(),
+        })
+        .collect();
+    let top = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|&(_, mean, std)| mean + std.unwrap_or(0.0)))
+        .fold(0.0_f64, f64::max);
+    (!series.is_empty()).then(|| LineChart {
+        title: "Stability probe: [CLS] drift per layer (AdvGLUE vs clean original)".into(),
+        x_label: "layer (0: embeddings)".into(),
+        y_label: "1 - cos (%)".into(),
+        series,
+        y_max: Some((top * 1.1).max(1e-3)),
+    })
 }
 
 /// `(T, clean, AdvGLUE, did not learn)` of one IM group.

@@ -17,6 +17,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "clean_acc_mean",
     "clean_acc_std",
     "clean_acc_n",
+    "majority_share",
     "advglue_acc_mean",
     "advglue_acc_std",
     "advglue_acc_n",
@@ -43,6 +44,11 @@ pub const CSV_COLUMNS: &[&str] = &[
     "flops_computed_at_max_len",
     "examples_per_sec_mean",
     "examples_per_sec_std",
+    "train_examples_per_sec_mean",
+    "train_examples_per_sec_std",
+    "final_drift_mean",
+    "final_drift_std",
+    "final_drift_n",
     "status",
 ];
 
@@ -65,6 +71,8 @@ pub fn csv(report: &Report) -> String {
         let empty = SplitSummary {
             split: String::new(),
             clean: None,
+            majority: None,
+            sampled_from: None,
             adversarial: None,
             clean_original: None,
             adversarial_paired: None,
@@ -82,7 +90,9 @@ pub fn csv(report: &Report) -> String {
                 g.did_not_learn.to_string(),
                 g.flagged().to_string(),
             ]);
-            for st in [s.clean, s.adversarial, s.clean_original, s.adversarial_paired, s.drop] {
+            row.extend(stat(s.clean));
+            row.push(num(s.majority.map(|m| m.mean)));
+            for st in [s.adversarial, s.clean_original, s.adversarial_paired, s.drop] {
                 row.extend(stat(st));
             }
             for level in AttackLevel::ALL {
@@ -96,8 +106,11 @@ pub fn csv(report: &Report) -> String {
             row.extend([
                 num(g.examples_per_sec.map(|f| f.mean)),
                 num(g.examples_per_sec.and_then(|f| f.std)),
-                g.status(),
+                num(g.train_examples_per_sec.map(|f| f.mean)),
+                num(g.train_examples_per_sec.and_then(|f| f.std)),
             ]);
+            row.extend(stat(g.final_drift()));
+            row.push(g.status());
             writeln!(out, "{}", row.iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(","))
                 .ok();
         }

@@ -88,10 +88,15 @@ fn main_table(md: &mut String, report: &Report) {
     writeln!(md, "## Clean and AdvGLUE accuracy\n").ok();
     writeln!(
         md,
-        "Clean: GLUE dev. AdvGLUE: AdvGLUE dev. Drop: accuracy on the clean originals minus the \
+        "Clean: GLUE dev. Majority: the share of GLUE dev's most frequent label, what a model \
+         that learned nothing scores. AdvGLUE: AdvGLUE dev. Drop: accuracy on the clean originals minus the \
          adversarial accuracy on the same items. Word / sentence / human: AdvGLUE accuracy per \
-         attack level. GFLOPs: analytic forward matmul FLOPs per example \
-         (`shared::model::flops`).\n"
+         attack level. Drift: the stability probe's last-layer [CLS] cosine distance (1 - cos) between \
+         AdvGLUE SST-2 items and their clean originals, on the model's own weights (in \
+         parentheses for a model that did not learn: stability of a model that learned nothing \
+         is not robustness). GFLOPs: analytic forward matmul FLOPs per example \
+         (`shared::model::flops`). Eval and train ex/s: examples per second measured on the \
+         machine that ran them (train: forward and backward, at batch 16).\n"
     )
     .ok();
     let keys: Vec<&str> = report.group_by.iter().map(|k| k.name()).collect();
@@ -100,13 +105,16 @@ fn main_table(md: &mut String, report: &Report) {
         "split",
         "n",
         "clean (GLUE dev)",
+        "majority",
         "AdvGLUE",
         "drop",
         "word",
         "sentence",
         "human",
+        "drift",
         "GFLOPs/ex",
-        "ex/s",
+        "eval ex/s",
+        "train ex/s",
         "status",
     ]);
     table_header(md, &header);
@@ -114,6 +122,21 @@ fn main_table(md: &mut String, report: &Report) {
         for row in main_table_rows(g) {
             table_row(md, &row);
         }
+    }
+    let sampled: BTreeSet<String> = report
+        .groups
+        .iter()
+        .flat_map(|g| &g.splits)
+        .filter_map(|s| Some(format!("{} of {}", s.split, s.sampled_from?)))
+        .collect();
+    if !sampled.is_empty() {
+        writeln!(
+            md,
+            "\n† clean accuracy on a fixed sample of GLUE dev, the same items for every model \
+             (`eval --clean-sample`): {}.",
+            sampled.into_iter().collect::<Vec<_>>().join(", ")
+        )
+        .ok();
     }
     if report.groups.iter().any(|g| g.flops_computed && g.flops.is_some()) {
         writeln!(
@@ -140,7 +163,7 @@ fn main_table_rows(g: &GroupSummary) -> Vec<Vec<String>> {
     if g.splits.is_empty() {
         let dashes = |k: usize| std::iter::repeat_n("–".to_string(), k);
         let mut row = prefix;
-        row.extend(dashes(1).chain([n]).chain(dashes(6)).chain([flops]).chain(dashes(1)));
+        row.extend(dashes(1).chain([n]).chain(dashes(8)).chain([flops]).chain(dashes(2)));
         row.push(g.status());
         return vec![row];
     }
@@ -152,14 +175,27 @@ fn main_table_rows(g: &GroupSummary) -> Vec<Vec<String>> {
             row.extend([
                 s.split.clone(),
                 n.clone(),
-                pct(s.clean, g.evaluated),
+                match s.sampled_from {
+                    Some(_) => format!("{} †", pct(s.clean, g.evaluated)),
+                    None => pct(s.clean, g.evaluated),
+                },
+                s.majority.map_or("–".into(), |m| format!("{:.1}", 100.0 * m.mean)),
                 robust(s.adversarial, g.evaluated, flag),
                 robust(s.drop, g.evaluated, flag),
             ]);
             for level in AttackLevel::ALL {
                 row.push(robust(s.levels.get(level.name()).copied(), g.evaluated, flag));
             }
-            row.extend([flops.clone(), plain(g.examples_per_sec, 1.0, 1), g.status()]);
+            let drift = plain(g.final_drift(), 1.0, 3);
+            let drift =
+                if flag && g.final_drift().is_some() { format!("({drift})") } else { drift };
+            row.extend([
+                drift,
+                flops.clone(),
+                plain(g.examples_per_sec, 1.0, 1),
+                plain(g.train_examples_per_sec, 1.0, 1),
+                g.status(),
+            ]);
             row
         })
         .collect()
@@ -197,13 +233,24 @@ fn pivot_by_task(md: &mut String, report: &Report) {
     writeln!(md, "\n## AdvGLUE accuracy by task\n").ok();
     writeln!(
         md,
-        "Each cell: AdvGLUE accuracy, then (clean GLUE dev accuracy). Avg: the mean over the \
-         tasks shown.\n"
+        "Each cell: AdvGLUE accuracy, then (clean GLUE dev accuracy); each task's header gives \
+         the share of its most frequent GLUE dev label. Avg: the mean over the tasks shown.\n"
     )
     .ok();
     let mut header: Vec<&str> =
         report.group_by.iter().filter(|&&k| k != GroupKey::Task).map(|k| k.name()).collect();
-    header.extend(splits.iter().map(String::as_str));
+    // Each task's majority-label share in its header: what a model that learned nothing scores.
+    let split_headers: Vec<String> = splits
+        .iter()
+        .map(|split| {
+            let majority = report.groups.iter().find_map(|g| g.split(split)?.majority);
+            match majority {
+                Some(m) => format!("{split} (majority {:.1})", 100.0 * m.mean),
+                None => split.clone(),
+            }
+        })
+        .collect();
+    header.extend(split_headers.iter().map(String::as_str));
     header.push("Avg");
     table_header(md, &header);
     for (key, members) in rows {

@@ -49,6 +49,10 @@ pub struct SplitSummary {
     pub split: String,
     /// GLUE dev accuracy.
     pub clean: Option<Stat>,
+    /// Share of GLUE dev's most frequent label: the accuracy of always guessing it.
+    pub majority: Option<Stat>,
+    /// The dev split's size when the clean accuracy is over a fixed sample of it.
+    pub sampled_from: Option<usize>,
     /// AdvGLUE accuracy on every adversarial item.
     pub adversarial: Option<Stat>,
     /// Accuracy on the clean originals of the adversarial items.
@@ -84,9 +88,19 @@ pub struct GroupSummary {
     pub flops_computed: bool,
     /// Measured evaluation throughput.
     pub examples_per_sec: Option<Stat>,
+    /// Measured training throughput (examples per second, forward and backward).
+    pub train_examples_per_sec: Option<Stat>,
+    /// The stability probe per layer (index 0: the embeddings): [CLS] cosine distance between
+    /// AdvGLUE items and their clean originals, over the runs that were probed.
+    pub drift_by_layer: Vec<Stat>,
 }
 
 impl GroupSummary {
+    /// The last layer's drift.
+    pub fn final_drift(&self) -> Option<Stat> {
+        self.drift_by_layer.last().copied()
+    }
+
     /// Whether any run of the group did not learn: its robustness numbers must not be read as
     /// robustness.
     pub fn flagged(&self) -> bool {
@@ -186,6 +200,12 @@ fn summarise_group(values: Vec<String>, runs: &[&RunRecord]) -> GroupSummary {
                 clean: per_run(&|e| {
                     e.clean.iter().find(|c| c.split == split).map(|c| c.score.accuracy)
                 }),
+                majority: per_run(&|e| {
+                    e.clean.iter().find(|c| c.split == split).map(|c| c.majority_share)
+                }),
+                sampled_from: evals.iter().find_map(|e| {
+                    e.clean.iter().find(|c| c.split == split).and_then(|c| c.sampled_from)
+                }),
                 adversarial: per_run(&|e| adv(e).and_then(|a| nonempty(&a.adversarial))),
                 clean_original: per_run(&|e| adv(e).and_then(|a| nonempty(&a.clean_original))),
                 adversarial_paired: per_run(&|e| {
@@ -217,7 +237,22 @@ fn summarise_group(values: Vec<String>, runs: &[&RunRecord]) -> GroupSummary {
         flops: Stat::of(&flops),
         flops_computed: runs.iter().any(|r| r.flops_source == FlopsSource::ComputedAtMaxLen),
         examples_per_sec: Stat::of(&throughput),
+        train_examples_per_sec: Stat::of(
+            &runs.iter().filter_map(|r| r.train_examples_per_sec).collect::<Vec<_>>(),
+        ),
+        drift_by_layer: drift_by_layer(runs),
     }
+}
+
+/// Per layer, the [CLS] drift over the runs whose probe measured their own weights.
+fn drift_by_layer(runs: &[&RunRecord]) -> Vec<Stat> {
+    let curves: Vec<&Vec<f64>> = runs
+        .iter()
+        .filter_map(|r| r.probe.as_ref()?.connections.iter().find(|c| c.run.is_some()))
+        .map(|c| &c.cls_cosine_distance)
+        .collect();
+    let layers = curves.iter().map(|c| c.len()).min().unwrap_or(0);
+    (0..layers).filter_map(|l| Stat::of(&curves.iter().map(|c| c[l]).collect::<Vec<_>>())).collect()
 }
 
 /// AdvGLUE's task order; unknown names after, alphabetically.

@@ -73,6 +73,7 @@ fn eval(config: &RunConfig, splits: &[Split], did_not_learn: bool) -> EvalReport
                 score: score(s.clean),
                 majority_share: 0.5,
                 top_prediction_share: 0.5,
+                sampled_from: None,
             })
             .collect(),
         advglue: splits
@@ -419,4 +420,85 @@ fn bad_font_is_an_error() {
     std::fs::write(&bogus, b"not a font").unwrap();
     assert!(find_font(Some(&bogus)).is_err());
     assert!(find_font(Some(&tmp.path().join("missing.ttf"))).is_err());
+}
+
+/// A committed summary (`reproduce`'s results/runs/<grid>/<cell>.json) is a run like a run
+/// directory: its probe gives the drift column and plot, its clean results the majority share
+/// and the sample footnote; the learning-rate trials in lr-search/ are not the grid's cells.
+#[test]
+fn summaries_are_runs_with_their_drift_majority_and_clean_sample() {
+    let tmp = tempfile::tempdir().unwrap();
+    let grid = tmp.path().join("results/runs/sst2");
+    let summary = |seed: u64, final_drift: f64| {
+        let config = run_config("mnli", "bert", seed);
+        let mut eval = eval(&config, &[sst2(0.80, 0.40)], false);
+        eval.clean[0].split = "mnli".into();
+        eval.advglue[0].split = "mnli".into();
+        eval.clean[0].majority_share = 0.354;
+        eval.clean[0].sampled_from = Some(9815);
+        let probe = crate::probe::ProbeReport {
+            model: "models/all-minilm-l6-v2".into(),
+            source: "AdvGLUE".into(),
+            pairs: 131,
+            connections: vec![crate::probe::ConnectionDrift {
+                connection: "bert".into(),
+                run: Some(format!("cell-s{seed}")),
+                cls_cosine_distance: vec![0.0, 0.01, final_drift],
+                mean_relative_l2: vec![0.0, 0.02, 0.03],
+                f32_vs_f64: Some(1e-6),
+            }],
+        };
+        crate::run::RunSummary {
+            name: format!("mnli-bert-none-s{seed}"),
+            config,
+            metrics: vec![crate::run::EpochMetrics {
+                epoch: 1,
+                step: 63,
+                train_loss: 0.5,
+                val_loss: 0.4,
+                val_accuracy: 0.8,
+                val_majority_share: None,
+                val_top_prediction_share: None,
+                lr: 1e-4,
+                examples_per_sec: 10.0 + seed as f64,
+                elapsed_s: 60.0,
+                best: true,
+                grad_norms: None,
+            }],
+            train_seconds: 60.0,
+            im_residuals: None,
+            eval: serde_json::to_value(eval).unwrap(),
+            probe: Some(probe),
+        }
+    };
+    std::fs::create_dir_all(grid.join("lr-search")).unwrap();
+    write_json(&grid.join("mnli-bert-none-s0.json"), &summary(0, 0.10)).unwrap();
+    write_json(&grid.join("mnli-bert-none-s1.json"), &summary(1, 0.20)).unwrap();
+    write_json(&grid.join("lr-search/mnli-bert-none-lr2e-5-s0.json"), &summary(0, 0.9)).unwrap();
+    write_json(&grid.join("lr-search/mnli-bert-none-s0.search.json"), &"not a run").unwrap();
+
+    let runs = load_runs(std::slice::from_ref(&grid)).unwrap();
+    assert_eq!(runs.len(), 2, "the trials in lr-search/ are not cells");
+    assert_eq!(runs[0].flops_source, FlopsSource::Eval);
+    let one = load_runs(&[grid.join("mnli-bert-none-s1.json")]).unwrap();
+    assert_eq!(one.len(), 1, "a summary file by name");
+    let report = summarise(runs, &[GroupKey::Task, GroupKey::Connection]);
+    let g = group(&report, "mnli", "bert");
+    assert!(close(g.final_drift().unwrap().mean, 0.15), "{:?}", g.drift_by_layer);
+    assert!(close(g.train_examples_per_sec.unwrap().mean, 10.5));
+    assert_eq!(g.drift_by_layer.len(), 3);
+    let split = g.split("mnli").unwrap();
+    assert_eq!((split.majority.map(|m| m.mean), split.sampled_from), (Some(0.354), Some(9815)));
+    let md = markdown(&report, &[]);
+    assert!(md.contains("| 80.0 ± 0.0 † | 35.4 |"), "{md}");
+    assert!(md.contains("mnli of 9815"), "{md}");
+    assert!(md.contains("| 0.150 ± 0.071 |"), "the drift column: {md}");
+    assert!(md.contains("mnli (majority 35.4)"), "{md}");
+    let table = csv(&report);
+    let header: Vec<&str> = table.lines().next().unwrap().split(',').collect();
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split(',').collect();
+    let at = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+    assert_eq!((at("majority_share"), at("final_drift_n")), ("0.354", "2"));
+    let charts = charts(&report);
+    assert!(charts.iter().any(|(stem, _)| stem == "drift_by_layer"), "the drift plot");
 }
