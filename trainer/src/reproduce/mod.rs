@@ -290,23 +290,44 @@ fn record_search(layout: &Layout, chosen: &Cell, search: &Search) -> Result<()> 
     Ok(())
 }
 
+/// Lists the cells, each marked done when its summary exists; later seeds of a searching grid
+/// show the chosen rate once the search is recorded.
 fn dry_run(grid: &Grid, shared: &Shared, layout: &Layout) -> Result<()> {
+    let status = |path: PathBuf| if path.exists() { " (done)" } else { "" };
     for &task in &grid.tasks {
         for arm in &grid.arms {
-            for (i, &seed) in grid.seeds.iter().enumerate() {
-                if i == 0 && grid.searches_lr() {
-                    for &lr in &grid.lrs {
-                        let cell = Cell { task, arm: arm.clone(), seed, lr };
-                        println!("  {} (lr trial)", cell.name(true));
-                    }
-                    continue;
+            let cell = |seed, lr| Cell { task, arm: arm.clone(), seed, lr };
+            let (&first, rest) = grid.seeds.split_first().context("the grid has no seed")?;
+            if !grid.searches_lr() {
+                for &seed in &grid.seeds {
+                    let name = cell(seed, grid.lrs[0]).name(false);
+                    println!("  {name}{}", status(layout.summaries.join(format!("{name}.json"))));
                 }
-                let cell = Cell { task, arm: arm.clone(), seed, lr: grid.lrs[0] };
-                let name = cell.name(false);
-                if grid.searches_lr() {
-                    println!("  {name}, at the lr chosen on seed {}", grid.seeds[0]);
-                } else {
-                    println!("  {}", cell.name(shared.lr_in_name));
+                continue;
+            }
+            for &lr in &grid.lrs {
+                let name = cell(first, lr).name(true);
+                let done = status(layout.searches.join(format!("{name}.json")));
+                println!("  {name} (lr trial){done}");
+            }
+            let search =
+                layout.searches.join(format!("{}.search.json", cell(first, 0.0).name(false)));
+            let chosen = search
+                .exists()
+                .then(|| run::read_json::<Search>(&search))
+                .transpose()?
+                .map(|s| s.chosen_lr);
+            for &seed in rest {
+                match chosen {
+                    Some(lr) => {
+                        let name = cell(seed, lr).name(shared.lr_in_name);
+                        let done = status(layout.summaries.join(format!("{name}.json")));
+                        println!("  {name}{done}");
+                    }
+                    None => println!(
+                        "  {}, at the lr seed {first} chooses",
+                        cell(seed, grid.lrs[0]).name(false)
+                    ),
                 }
             }
         }
