@@ -89,14 +89,14 @@ fn main_table(md: &mut String, report: &Report) {
     writeln!(
         md,
         "Clean: GLUE dev. Majority: the share of GLUE dev's most frequent label, what a model \
-         that learned nothing scores. AdvGLUE: AdvGLUE dev. Drop: accuracy on the clean originals minus the \
-         adversarial accuracy on the same items. Word / sentence / human: AdvGLUE accuracy per \
-         attack level. Drift: the stability probe's last-layer [CLS] cosine distance (1 - cos) between \
-         AdvGLUE SST-2 items and their clean originals, on the model's own weights (in \
-         parentheses for a model that did not learn: stability of a model that learned nothing \
-         is not robustness). GFLOPs: analytic forward matmul FLOPs per example \
-         (`shared::model::flops`). Eval and train ex/s: examples per second measured on the \
-         machine that ran them (train: forward and backward, at batch 16).\n"
+         that learned nothing scores. AdvGLUE: AdvGLUE dev. Drop: accuracy on the clean \
+         originals minus the adversarial accuracy on the same items. Word / sentence / human: \
+         AdvGLUE accuracy per attack level. Drift: the stability probe's last-layer [CLS] \
+         cosine distance (1 - cos) between AdvGLUE SST-2 items and their clean originals, on \
+         the model's own weights (in parentheses for a model that did not learn: stability of \
+         a model that learned nothing is not robustness). GFLOPs: analytic forward matmul \
+         FLOPs per example (`shared::model::flops`). Eval and train ex/s: examples per second \
+         measured on the machine that ran them (train: forward and backward, at batch 16).\n"
     )
     .ok();
     let keys: Vec<&str> = report.group_by.iter().map(|k| k.name()).collect();
