@@ -159,7 +159,7 @@ fn drift_by_layer(report: &Report) -> Option<LineChart> {
         .fold(0.0_f64, f64::max);
     (!series.is_empty()).then(|| LineChart {
         title: "Stability probe: [CLS] drift per layer (AdvGLUE vs clean original)".into(),
-        x_label: "layer (0: embeddings)".into(),
+        x_label: "0: embeddings; k: output of layer k - 1".into(),
         y_label: "1 - cos (%)".into(),
         series,
         y_max: Some((top * 1.1).max(1e-3)),
