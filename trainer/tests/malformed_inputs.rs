@@ -540,6 +540,42 @@ fn attack_and_probe_cases(s: &mut Suite) {
     }
 }
 
+/// `reproduce`: refused before any cell trains, each naming the flag.
+fn reproduce_cases(s: &mut Suite) {
+    let tiny = "tests/fixtures/tiny-bert";
+    let out = s.path("grid");
+    let reproduce = |extra: &[&'static str]| -> Vec<String> {
+        let mut args = vec!["reproduce", "--preset", "sst2", "--smoke", "--model", tiny];
+        args.extend(["--dry-run", "--out", out.as_str()]);
+        args.extend(extra);
+        args.iter().map(|a| a.to_string()).collect()
+    };
+    let t_sweep_past_the_model = {
+        let mut args = reproduce(&["--im-layers", "5-9"]);
+        args[2] = "t-sweep".into();
+        args
+    };
+    for (name, args, needle) in [
+        (
+            "reproduce --im-layers outside t-sweep",
+            reproduce(&["--im-layers", "0-1"]),
+            "--im-layers",
+        ),
+        ("reproduce t-sweep layers past the model", t_sweep_past_the_model, "--im-layers 5-9"),
+        ("reproduce --lrs 0", reproduce(&["--lrs", "0"]), "--lrs"),
+        ("reproduce --tasks outside the grid", reproduce(&["--tasks", "rte"]), "--tasks rte"),
+        ("reproduce --tasks unknown", reproduce(&["--tasks", "imdb2"]), "imdb2"),
+        ("reproduce bad --connection", reproduce(&["--connection", "im:T=0.5"]), "--connection"),
+        (
+            "reproduce --connection past the model",
+            reproduce(&["--connection", "im:T=2,layers=3-4"]),
+            "3-4",
+        ),
+    ] {
+        s.case(name, &as_refs(&args), needle);
+    }
+}
+
 #[test]
 fn every_malformed_input_is_a_clear_error() {
     let mut suite = Suite::new();
@@ -548,6 +584,7 @@ fn every_malformed_input_is_a_clear_error() {
     finetune_cases(&mut suite);
     run_dir_cases(&mut suite);
     attack_and_probe_cases(&mut suite);
+    reproduce_cases(&mut suite);
     assert!(suite.cases.len() >= 100, "{} cases", suite.cases.len());
 
     let mut failures = Vec::new();

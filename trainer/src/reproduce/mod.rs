@@ -225,8 +225,12 @@ fn grid_of(args: &ReproduceArgs) -> Result<Grid> {
     if args.im_layers.is_some() && args.preset != Preset::TSweep {
         bail!("--im-layers applies to the t-sweep preset only (use --connection for others)");
     }
-    let mut grid = Grid::of(args.preset, layers, args.im_layers.as_deref())
-        .with_context(|| format!("--preset {}", args.preset.name()))?;
+    let mut grid = Grid::of(args.preset, layers, args.im_layers.as_deref()).with_context(|| {
+        match &args.im_layers {
+            Some(layers) => format!("--preset {} --im-layers {layers}", args.preset.name()),
+            None => format!("--preset {}", args.preset.name()),
+        }
+    })?;
     if let Some(names) = &args.tasks {
         let wanted: Vec<Task> =
             names.iter().map(|s| s.parse()).collect::<Result<_, _>>().context("--tasks")?;
