@@ -52,6 +52,42 @@ fn save_then_load_gives_identical_logits() {
     std::fs::write(out_dir.join("roundtrip-minilm.json"), json.to_string()).unwrap();
 }
 
+/// tiny-roberta with IM on layer 1, saved and loaded back: identical logits, RoBERTa's HF names
+/// and config. Left under `target/test-artifacts/` for the transformers check.
+#[test]
+fn roberta_save_then_load_gives_identical_logits() {
+    let device = Default::default();
+    let source = fixture("tiny-roberta");
+    let (model, report) = load_classifier::<Cpu>(&source, None, &device).unwrap();
+    assert!(report.initialized_fresh.is_empty() && report.unused.is_empty(), "{report:?}");
+    let im = ConnectionSpec::parse("im:T=2,layers=1").unwrap();
+    let model = model.with_connections(&im).unwrap();
+    let tok = BertTokenizer::from_dir(&source).unwrap();
+    let before = logits(&model, &tok);
+
+    let out_dir = repo_root().join("target/test-artifacts");
+    let saved = out_dir.join("roundtrip-roberta");
+    save_classifier(&model, &saved, Some(&source)).unwrap();
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(saved.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["model_type"], "roberta");
+    assert_eq!(config["architectures"][0], "RobertaForSequenceClassification");
+    let names: Vec<String> = float_tensors(&saved.join("model.safetensors")).into_keys().collect();
+    for name in ["roberta.embeddings.position_embeddings.weight", "classifier.out_proj.weight"] {
+        assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+    }
+    let (loaded, report) = load_classifier::<Cpu>(&saved, None, &device).unwrap();
+    assert!(report.initialized_fresh.is_empty() && report.unused.is_empty(), "{report:?}");
+    assert_eq!(logits(&loaded.with_connections(&im).unwrap(), &tok), before);
+
+    let plain = model.with_connections(&ConnectionSpec::default()).unwrap();
+    let json = serde_json::json!({
+        "texts": [["a gripping, heartfelt film", null], ["the cat sat", "a cat is sitting"]],
+        "num_labels": plain.num_labels(), "logits": logits(&plain, &tok)
+    });
+    std::fs::write(out_dir.join("roundtrip-roberta.json"), json.to_string()).unwrap();
+}
+
 #[test]
 fn saving_replaces_an_existing_directory_whole() {
     let device = Default::default();

@@ -223,17 +223,26 @@ pub fn loss<B: Backend>(
     CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, labels)
 }
 
-/// Loss and every parameter gradient, by HF name, in HF layout.
+/// Loss and every parameter gradient of tiny-bert under `spec`, by HF name, in HF layout.
 pub fn gradients<B: AutodiffBackend>(spec: &ConnectionSpec) -> (f64, BTreeMap<String, Vec<f64>>) {
-    let model = model::<B>(spec);
     let (input, labels) = batch::<B>();
-    let loss = loss(&model, &input, labels);
+    parameter_gradients(&model::<B>(spec), &input, labels)
+}
+
+/// The cross-entropy loss of `model` on a batch, and every parameter's gradient by HF name, in
+/// HF layout, at the backend's precision.
+pub fn parameter_gradients<B: AutodiffBackend>(
+    model: &BertClassifier<B>,
+    input: &BertInput<B>,
+    labels: Tensor<B, 1, Int>,
+) -> (f64, BTreeMap<String, Vec<f64>>) {
+    let loss = loss(model, input, labels);
     let value = loss.clone().into_scalar().elem::<f64>();
     let grads = loss.backward();
     let mut out = BTreeMap::new();
     // Read at the backend's own precision (HostTensor would round to f32), in HF layout.
     let f64s = |data: TensorData| data.convert::<f64>().into_vec::<f64>().unwrap();
-    for p in hf_parameters(&model) {
+    for p in hf_parameters(model) {
         let g = match &p.tensor {
             ParamTensor::Vector(t) => f64s(t.grad(&grads).unwrap().into_data()),
             ParamTensor::Matrix(t) => {
@@ -275,10 +284,24 @@ pub fn compare_gradient_choice_with_pytorch<B: AutodiffBackend>(
     let loss_diff = (loss - r["loss"].1[0]).abs();
     println!("loss: ours {loss:.10}, pytorch {:.10}", r["loss"].1[0]);
     assert!(loss_diff < tolerance, "loss differs by {loss_diff}");
-    let references: Vec<(&str, &Vec<f64>)> = r
-        .iter()
-        .filter_map(|(k, (_, v))| k.strip_prefix(prefix.as_str()).map(|n| (n, v)))
-        .collect();
+    let (worst, name, compared) = worst_gradient_error(&r, &prefix, &grads);
+    println!(
+        "grad={}: {compared} parameter gradients; worst relative difference {worst:.2e} ({name})",
+        gradient.name(),
+    );
+    assert_eq!(compared, grads.len(), "every parameter has a reference gradient");
+    assert!(worst < tolerance, "{name} differs by {worst}");
+}
+
+/// Our gradients against the reference's `{prefix}{name}` tensors: the worst
+/// `max|ours - ref| / max|ref|`, the parameter it is on, and how many were compared.
+pub fn worst_gradient_error(
+    r: &BTreeMap<String, (Vec<usize>, Vec<f64>)>,
+    prefix: &str,
+    grads: &BTreeMap<String, Vec<f64>>,
+) -> (f64, String, usize) {
+    let references: Vec<(&str, &Vec<f64>)> =
+        r.iter().filter_map(|(k, (_, v))| k.strip_prefix(prefix).map(|n| (n, v))).collect();
     // Key biases have an exactly zero gradient (softmax ignores a per-row constant): there, both
     // sides are rounding noise, so measure them against the largest gradient instead.
     let global = references.iter().flat_map(|(_, v)| v.iter()).fold(0.0f64, |m, x| m.max(x.abs()));
@@ -293,14 +316,7 @@ pub fn compare_gradient_choice_with_pytorch<B: AutodiffBackend>(
         }
         compared += 1;
     }
-    println!(
-        "grad={}: {compared} parameter gradients; worst relative difference {:.2e} ({})",
-        gradient.name(),
-        worst.0,
-        worst.1
-    );
-    assert_eq!(compared, grads.len(), "every parameter has a reference gradient");
-    assert!(worst.0 < tolerance, "{} differs by {}", worst.1, worst.0);
+    (worst.0, worst.1, compared)
 }
 
 // ---- MiniLM's IM training gradient against PyTorch, per gradient choice ----
@@ -375,4 +391,58 @@ pub fn minilm_gradient_error<B: AutodiffBackend>(
     }
     assert!(!references.is_empty(), "no {prefix} references");
     (worst, meta["f32_vs_f64"][setting][gradient.name()].as_f64().unwrap())
+}
+
+// ---- RoBERTa: a small random checkpoint against transformers ----
+
+/// `tests/python/roberta_reference.py`'s values for `tests/fixtures/tiny-roberta`.
+pub const ROBERTA_REFERENCE: &str = "tiny_roberta_reference.safetensors";
+
+/// The padded batch of sentences and pairs the RoBERTa references were computed on (one token
+/// type: all zeros), and the labels of its IM gradient.
+pub fn roberta_reference_batch<B: Backend>(
+    r: &BTreeMap<String, (Vec<usize>, Vec<f64>)>,
+    device: &B::Device,
+) -> (BertInput<B>, Tensor<B, 1, Int>) {
+    let t = |name: &str| {
+        let (shape, v) = &r[name];
+        Tensor::<B, 2, Int>::from_data(TensorData::new(ints(v), [shape[0], shape[1]]), device)
+    };
+    let input_ids = t("input_ids");
+    let labels = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(ints(&r["labels"].1), [r["labels"].0[0]]),
+        device,
+    );
+    let input = BertInput {
+        token_type_ids: input_ids.zeros_like(),
+        input_ids,
+        attention_mask: t("attention_mask"),
+    };
+    (input, labels)
+}
+
+/// Plain tiny-roberta's hidden states (embeddings and each layer) and logits against
+/// transformers' (`prefix` "" for the float64 values, "f32." for float32): the max absolute
+/// difference of each, in that order.
+pub fn check_tiny_roberta_forward<B: Backend>(device: &B::Device, prefix: &str) -> Vec<f64> {
+    let (model, report) = load_classifier::<B>(&fixture("tiny-roberta"), None, device).unwrap();
+    assert!(report.initialized_fresh.is_empty(), "{:?}", report.initialized_fresh);
+    assert!(report.unused.is_empty(), "{:?}", report.unused);
+    let r = reference(ROBERTA_REFERENCE);
+    let (input, _) = roberta_reference_batch::<B>(&r, device);
+    let out = model.forward(&input, ForwardOptions { hidden_states: true, ..Default::default() });
+    let mut diffs = Vec::new();
+    let named =
+        out.hidden_states.iter().enumerate().map(|(i, h)| (format!("hidden.{i}"), h.to_data()));
+    let logits = out.logits.expect("tiny-roberta has a head").into_data();
+    for (name, data) in named.chain([("logits".to_string(), logits)]) {
+        let (shape, expected) = &r[&format!("{prefix}{name}")];
+        assert_eq!(&data.shape.to_vec(), shape, "{name}");
+        let got: Vec<f64> = data.convert::<f64>().into_vec().unwrap();
+        let diff = max_abs_diff(&got, expected);
+        println!("{prefix}{name}: max |ours - transformers| = {diff:.2e}");
+        diffs.push(diff);
+    }
+    assert_eq!(diffs.len(), model.config.num_hidden_layers + 2);
+    diffs
 }

@@ -1,5 +1,6 @@
 //! Plain BERT equals transformers, layer by layer, on MiniLM-L6 (sentences and pairs, batched
-//! with padding); one MiniLM layer's hand-written VJP equals burn autodiff.
+//! with padding), and so does a small random RoBERTa; one MiniLM layer's hand-written VJP equals
+//! burn autodiff.
 
 use imbert_tests::*;
 use shared::BertTokenizer;
@@ -7,6 +8,12 @@ use shared::BertTokenizer;
 #[test]
 fn minilm_every_layer_matches_transformers() {
     check_minilm_hidden_states::<Cpu>(&Default::default());
+}
+
+#[test]
+fn tiny_roberta_every_layer_and_the_logits_match_transformers() {
+    let diffs = check_tiny_roberta_forward::<Cpu>(&Default::default(), "f32.");
+    assert!(diffs.iter().all(|&d| d < 1e-4), "{diffs:?}");
 }
 
 #[test]
@@ -33,4 +40,20 @@ fn tokenizer_builds_the_reference_batch() {
 #[test]
 fn minilm_layer_vjp_matches_autodiff() {
     check_minilm_layer_vjp::<Train>(&Default::default());
+}
+
+/// With `--features openblas` (`make rust-test`): the library is linked and answers, and with the
+/// advised core type set there is no advice left.
+#[cfg(feature = "openblas")]
+#[test]
+fn openblas_reports_its_kernels() {
+    use shared::cpu::blas::{advice, best_core, core_name};
+    let core = core_name();
+    println!("OpenBLAS core: {core}; advice: {:?}", advice());
+    assert!(!core.is_empty());
+    if std::env::var("OPENBLAS_CORETYPE")
+        .is_ok_and(|c| Some(c.as_str()) == best_core().map(|b| b.0))
+    {
+        assert_eq!(advice(), None, "OPENBLAS_CORETYPE is set, yet OpenBLAS chose {core}");
+    }
 }

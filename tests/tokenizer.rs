@@ -1,14 +1,17 @@
 //! Token ids equal HF's for varied sentences and pairs (unicode, accents, emoji, long inputs),
-//! from `tokenizer.json` and from a bare `vocab.txt`.
+//! from `tokenizer.json` and from a bare `vocab.txt`; for RoBERTa's byte-level BPE, from
+//! `tokenizer.json` and from `vocab.json` + `merges.txt`.
 
 use imbert_tests::*;
 use shared::BertTokenizer;
 
 fn check(tok: &BertTokenizer, what: &str) {
-    let reference: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture("tokenizer_reference.json")).unwrap(),
-    )
-    .unwrap();
+    check_against(tok, what, "tokenizer_reference.json")
+}
+
+fn check_against(tok: &BertTokenizer, what: &str, reference: &str) {
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture(reference)).unwrap()).unwrap();
     let max_len = reference["max_len"].as_u64().unwrap() as usize;
     let cases = reference["cases"].as_array().unwrap();
     assert!(cases.len() >= 20);
@@ -40,4 +43,21 @@ fn vocab_txt_alone_matches_hf() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(minilm_dir().join("vocab.txt"), dir.join("vocab.txt")).unwrap();
     check(&BertTokenizer::from_dir(&dir).unwrap(), "vocab.txt");
+}
+
+#[test]
+fn roberta_tokenizer_json_matches_hf() {
+    let tok = BertTokenizer::from_dir(&fixture("tiny-roberta")).unwrap();
+    check_against(&tok, "RoBERTa tokenizer.json", "roberta_tokenizer_reference.json");
+}
+
+#[test]
+fn roberta_vocab_json_and_merges_alone_match_hf() {
+    let dir = repo_root().join("target/test-artifacts/roberta-bpe-only");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["vocab.json", "merges.txt"] {
+        std::fs::copy(fixture("tiny-roberta").join(f), dir.join(f)).unwrap();
+    }
+    let tok = BertTokenizer::from_dir(&dir).unwrap();
+    check_against(&tok, "RoBERTa vocab.json + merges.txt", "roberta_tokenizer_reference.json");
 }

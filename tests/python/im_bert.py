@@ -1,4 +1,5 @@
-"""IM-BERT in PyTorch on top of transformers' BERT: the reference the Rust code is checked against.
+"""IM-BERT in PyTorch on top of transformers' BERT (or RoBERTa): the reference the Rust code is
+checked against.
 
 Algorithm 1: z0 = h + phi(h); for i < T: r = z - h - phi(z); z = z - gamma * grad_z ||r||^2,
 with the gradient taken by autograd with create_graph=True so that training differentiates
@@ -15,7 +16,7 @@ def _phi(layer, z, ext_mask):
 
 def im_forward(model, input_ids, token_type_ids, attention_mask, im_layers, T, gamma, ex_layers=(),
                create_graph=True, residuals=True, gradient="exact"):
-    """Logits of a BertForSequenceClassification whose layers in `im_layers` use the implicit
+    """Logits of a BertForSequenceClassification (or RobertaForSequenceClassification) whose layers in `im_layers` use the implicit
     Euler connection (those in `ex_layers` the explicit one), and each IM layer's squared residual
     norm before each iteration and after the last.
 
@@ -26,7 +27,8 @@ def im_forward(model, input_ids, token_type_ids, attention_mask, im_layers, T, g
     `create_graph=False` is for inference only: the inner gradient is then a constant, and no
     graph of it is built. `residuals=False` skips the norm after the last iteration, which costs
     one more `phi` per IM layer and is a diagnostic, not part of the model (timings use it)."""
-    bert = model.bert
+    roberta = hasattr(model, "roberta")
+    bert = model.roberta if roberta else model.bert
     dtype = next(model.parameters()).dtype
     h = bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
     ext = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
@@ -64,6 +66,9 @@ def im_forward(model, input_ids, token_type_ids, attention_mask, im_layers, T, g
             h = h + _phi(layer, h, ext)
         else:
             h = _phi(layer, h, ext)
+    if roberta:
+        # RobertaClassificationHead: dense + tanh + out_proj on <s>, no pooler.
+        return model.classifier(h), all_residuals
     pooled = bert.pooler(h)
     return model.classifier(model.dropout(pooled)), all_residuals
 

@@ -166,7 +166,7 @@ fn attack<B: Backend>(
 ) -> Result<()> {
     B::seed(device, args.seed);
     let (tokenizer, model) = load_victim::<B>(args, spec, device)?;
-    let max_positions = model.config.max_position_embeddings;
+    let max_positions = model.max_len(usize::MAX);
     if args.max_len > max_positions {
         tracing::warn!(
             "--max-len {} is past the model's {max_positions} positions: using {max_positions}",

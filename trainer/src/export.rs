@@ -279,7 +279,8 @@ fn quantize(model: &BertClassifier<Cpu>) -> Result<(Vec<u8>, Quantization)> {
     Ok((int8, quantization))
 }
 
-/// The source's tokenizer.json; with only a vocab.txt, the same WordPiece pipeline serialised.
+/// The source's tokenizer.json; with only a vocab.txt (or RoBERTa's vocab.json + merges.txt),
+/// the same pipeline serialised.
 fn tokenizer_json(source: &Path) -> Result<Vec<u8>> {
     match std::fs::read(source.join("tokenizer.json")) {
         Ok(bytes) => Ok(bytes),
@@ -300,7 +301,7 @@ fn tokenizer_json(source: &Path) -> Result<Vec<u8>> {
 /// The bundle's config.json: the model's config as a sequence classifier with its labels.
 fn hf_config(model: &BertClassifier<Cpu>, labels: &[String]) -> BertConfig {
     let mut config = model.config.clone();
-    config.architectures = vec!["BertForSequenceClassification".into()];
+    config.architectures = vec![config.architecture().class_name(true).into()];
     config.id2label =
         Some(labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.clone())).collect());
     config.extra.insert(

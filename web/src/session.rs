@@ -126,12 +126,15 @@ pub async fn load(
 }
 
 fn word_neighbours(bundle: &WebBundle) -> Result<WordNeighbours, String> {
-    let weight = ["bert.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"]
+    let prefix = bundle.config.architecture().prefix();
+    let name = "embeddings.word_embeddings.weight";
+    let weight = [format!("{prefix}.{name}"), name.to_string()]
         .iter()
-        .find_map(|k| bundle.tensors.get(*k))
+        .find_map(|k| bundle.tensors.get(k))
         .ok_or("the bundle has no word embeddings")?;
     let hidden = weight.shape.get(1).copied().unwrap_or(0);
-    WordNeighbours::new(&weight.data, hidden, &bundle.tokenizer.inner().get_vocab(true))
+    let vocab = bundle.tokenizer.inner().get_vocab(true);
+    WordNeighbours::with_word_marker(&weight.data, hidden, &vocab, bundle.tokenizer.word_marker())
         .map_err(|e| e.to_string())
 }
 

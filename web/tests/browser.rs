@@ -7,6 +7,8 @@
 //!   burn-ndarray and, in the browser, on WebGPU, within 1e-3;
 //! - every perturbation: deterministic for a seed, equal to the native output, and changing what
 //!   it claims to.
+//! - a small random RoBERTa (`tests/fixtures/tiny-roberta`): byte-level BPE ids and logits equal
+//!   transformers' (`tiny_roberta_reference.safetensors`), on burn-ndarray and WebGPU.
 //!
 //! In the browser (headless Chromium, see `.cargo/config.toml` and `web/webdriver.json`):
 //! `cargo test -p web --target wasm32-unknown-unknown --test browser`. Natively, everything but
@@ -32,6 +34,14 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 const REFERENCE: &str = include_str!("../../tests/fixtures/web_reference.json");
 const CONFIG: &[u8] = include_bytes!("../../tests/fixtures/tiny-bert/config.json");
 const WEIGHTS: &[u8] = include_bytes!("../../tests/fixtures/tiny-bert/model.safetensors");
+/// A small random RoBERTa and transformers' values for it (`tests/python/roberta_reference.py`).
+const ROBERTA_CONFIG: &[u8] = include_bytes!("../../tests/fixtures/tiny-roberta/config.json");
+const ROBERTA_WEIGHTS: &[u8] =
+    include_bytes!("../../tests/fixtures/tiny-roberta/model.safetensors");
+const ROBERTA_TOKENIZER: &[u8] = include_bytes!("../../tests/fixtures/tiny-roberta/tokenizer.json");
+const ROBERTA_ITEMS: &str = include_str!("../../tests/fixtures/tiny_roberta_reference.json");
+const ROBERTA_REFERENCE: &[u8] =
+    include_bytes!("../../tests/fixtures/tiny_roberta_reference.safetensors");
 /// Browser-vs-native tolerance on logits (absolute) and residuals (relative to max(1, |x|)).
 const TOLERANCE: f32 = 1e-3;
 
@@ -96,9 +106,18 @@ fn token_ids_equal_native() {
 
 /// The tiny fixture model, from bytes (the browser has no file system).
 fn tiny_model<B: Backend>(device: &B::Device) -> BertClassifier<B> {
-    let config: BertConfig = serde_json::from_slice(CONFIG).unwrap();
+    model_from_bytes(CONFIG, WEIGHTS, device)
+}
+
+/// An HF model from the bytes of its `config.json` and `model.safetensors`.
+fn model_from_bytes<B: Backend>(
+    config: &[u8],
+    weights: &[u8],
+    device: &B::Device,
+) -> BertClassifier<B> {
+    let config: BertConfig = serde_json::from_slice(config).unwrap();
     config.validate().unwrap();
-    let st = SafeTensors::deserialize(WEIGHTS).unwrap();
+    let st = SafeTensors::deserialize(weights).unwrap();
     let mut tensors = BTreeMap::new();
     for (name, view) in st.tensors() {
         if view.dtype() != Dtype::F32 {
@@ -112,8 +131,7 @@ fn tiny_model<B: Backend>(device: &B::Device) -> BertClassifier<B> {
         tensors.insert(name, HostTensor { shape: view.shape().to_vec(), data });
     }
     let (model, report) =
-        load_from_tensors(&config, tensors, None, Path::new("tiny-bert/model.safetensors"), device)
-            .unwrap();
+        load_from_tensors(&config, tensors, None, Path::new("model.safetensors"), device).unwrap();
     assert!(report.initialized_fresh.is_empty(), "{report:?}");
     model
 }
@@ -217,6 +235,72 @@ async fn webgpu_logits_equal_native() {
     };
     let worst = check_model::<Gpu>(&device, "webgpu").await;
     web_sys::console::log_1(&format!("webgpu: max |logit - native| = {worst:e}").into());
+}
+
+/// A tensor of the RoBERTa reference file as f64 (ids are stored as i64, values as f32).
+fn roberta_reference(name: &str) -> (Vec<usize>, Vec<f64>) {
+    let st = SafeTensors::deserialize(ROBERTA_REFERENCE).unwrap();
+    let view = st.tensor(name).unwrap();
+    let values = match view.dtype() {
+        Dtype::I64 => view
+            .data()
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f64)
+            .collect(),
+        Dtype::F32 => view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64)
+            .collect(),
+        other => panic!("{name}: unexpected dtype {other:?}"),
+    };
+    (view.shape().to_vec(), values)
+}
+
+/// RoBERTa in the browser: byte-level BPE from `tokenizer.json` gives transformers' ids for the
+/// reference batch, and the model gives transformers' float32 logits. Returns the worst logit
+/// difference.
+async fn check_roberta<B: Backend>(device: &B::Device, backend: &str) -> f32 {
+    let tok = BertTokenizer::from_json_bytes(ROBERTA_TOKENIZER).unwrap();
+    let meta: Value = serde_json::from_str(ROBERTA_ITEMS).unwrap();
+    let items: Vec<(String, Option<String>)> =
+        meta["items"].as_array().unwrap().iter().map(text_pair).collect();
+    let enc = encode(&tok, &items, 128);
+    let expected_ids: Vec<i64> =
+        roberta_reference("input_ids").1.iter().map(|&x| x as i64).collect();
+    assert_eq!(enc.input_ids, expected_ids, "{backend}: RoBERTa token ids");
+    let model = model_from_bytes::<B>(ROBERTA_CONFIG, ROBERTA_WEIGHTS, device);
+    let out = model.forward(&enc.to_input::<B>(device), ForwardOptions::default());
+    let logits = read(out.logits.unwrap()).await;
+    let expected: Vec<f32> = roberta_reference("f32.logits").1.iter().map(|&x| x as f32).collect();
+    assert_close(&format!("{backend} RoBERTa logits"), &logits, &expected, false);
+    logits.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max)
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn roberta_ndarray_logits_equal_transformers() {
+    let worst = futures_lite_block_on(check_roberta::<Cpu>(&Default::default(), "ndarray"));
+    eprintln!("RoBERTa, ndarray: max |logit - transformers| = {worst:e}");
+}
+
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen_test::wasm_bindgen_test]
+async fn roberta_ndarray_logits_equal_transformers() {
+    let worst = check_roberta::<Cpu>(&Default::default(), "ndarray").await;
+    web_sys::console::log_1(&format!("RoBERTa, ndarray: max |logit - hf| = {worst:e}").into());
+}
+
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen_test::wasm_bindgen_test]
+async fn roberta_webgpu_logits_equal_transformers() {
+    use web::runtime::{select, Gpu, Runtime};
+    let (runtime, reason) = select(false).await;
+    let Runtime::WebGpu(device) = runtime else {
+        panic!("WebGPU is not available in this browser: {}", reason.unwrap_or_default());
+    };
+    let worst = check_roberta::<Gpu>(&device, "webgpu").await;
+    web_sys::console::log_1(&format!("RoBERTa, webgpu: max |logit - hf| = {worst:e}").into());
 }
 
 #[cfg(target_arch = "wasm32")]

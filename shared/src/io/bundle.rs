@@ -225,11 +225,12 @@ impl WebBundle {
         let card = ModelCard::from_json_bytes(card_json, CARD_FILE)?;
         card.connection_spec()?.per_layer(config.num_hidden_layers)?;
         let tensors = dequantize_safetensors(weights, WEB_WEIGHTS_FILE)?;
-        let head = tensors.get("classifier.weight").map(|t| t.shape.first().copied().unwrap_or(0));
+        let head_weight = head_weight_name(&config);
+        let head = tensors.get(&head_weight).map(|t| t.shape.first().copied().unwrap_or(0));
         match head {
             None => {
                 return Err(Error::MissingTensor {
-                    key: "classifier.weight".into(),
+                    key: head_weight,
                     path: WEB_WEIGHTS_FILE.into(),
                 });
             }
@@ -261,7 +262,7 @@ impl WebBundle {
 
     /// Number of classes.
     pub fn num_labels(&self) -> usize {
-        self.tensors.get("classifier.weight").map_or(0, |t| t.shape[0])
+        self.tensors.get(&head_weight_name(&self.config)).map_or(0, |t| t.shape[0])
     }
 
     /// The classifier with the card's connection. (Weights are copied, so the bundle can build
@@ -280,6 +281,12 @@ impl WebBundle {
         }
         model.with_connections(&self.card.connection_spec()?)
     }
+}
+
+/// The HF name of the classifier's output weight (`classifier.weight`, RoBERTa's
+/// `classifier.out_proj.weight`).
+fn head_weight_name(config: &BertConfig) -> String {
+    format!("{}.weight", config.architecture().head_names().1)
 }
 
 /// Loads a model directory for evaluation: a web bundle (`model.int8.safetensors`, dequantized)

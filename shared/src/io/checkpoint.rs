@@ -1,10 +1,11 @@
 //! HF checkpoints in and out: `config.json` + `model.safetensors` (or `pytorch_model.bin`) +
 //! tokenizer files.
 //!
-//! Our module paths mirror HF's, so the name map is short: optional `bert.` prefix, HF's
-//! `LayerNorm` (old checkpoints: `gamma`/`beta`), and PyTorch's `[out, in]` Linear weights, which
-//! burn stores as `[in, out]`. A directory we write loads in transformers as
-//! `BertForSequenceClassification`, and the reverse.
+//! Our module paths mirror HF's, so the name map is short: optional `bert.` (`roberta.`) prefix,
+//! HF's `LayerNorm` (old checkpoints: `gamma`/`beta`), RoBERTa's head names
+//! (`config::Architecture::head_names`), and PyTorch's `[out, in]` Linear weights, which burn
+//! stores as `[in, out]`. A directory we write loads in transformers as
+//! `BertForSequenceClassification` (or `RobertaForSequenceClassification`), and the reverse.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -22,8 +23,14 @@ use crate::model::BertClassifier;
 use crate::Error;
 
 /// Files copied next to the weights when saving, so the directory is a complete HF model.
-pub const TOKENIZER_FILES: [&str; 4] =
-    ["tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"];
+pub const TOKENIZER_FILES: [&str; 6] = [
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+];
 
 /// A tensor on the host, f32, row-major.
 #[derive(Debug, Clone, PartialEq)]
@@ -175,9 +182,10 @@ pub fn load_for_task<B: Backend>(
     device: &B::Device,
 ) -> Result<(BertClassifier<B>, LoadReport), Error> {
     let (config, mut tensors, file) = read_dir(dir)?;
-    let head = ["classifier.weight", "classifier.bias"];
-    if tensors.get(head[0]).is_some_and(|t| t.shape.first() != Some(&num_labels)) {
-        for k in head {
+    let (_, out) = config.architecture().head_names();
+    let head = [format!("{out}.weight"), format!("{out}.bias")];
+    if tensors.get(&head[0]).is_some_and(|t| t.shape.first() != Some(&num_labels)) {
+        for k in &head {
             tensors.remove(k);
         }
     }
@@ -217,13 +225,16 @@ pub fn load_from_tensors<B: Backend>(
     file: &Path,
     device: &B::Device,
 ) -> Result<(BertClassifier<B>, LoadReport), Error> {
-    let mut source = Source { tensors, used: BTreeSet::new(), file: file.into() };
-    let head_rows = source.find("classifier.weight").map(|(_, t)| t.shape[0]);
+    let architecture = config.architecture();
+    let prefix = architecture.prefix();
+    let mut source = Source { tensors, used: BTreeSet::new(), file: file.into(), prefix };
+    let head_weight = format!("{}.weight", architecture.head_names().1);
+    let head_rows = source.find(&head_weight).map(|(_, t)| t.shape[0]);
     let num_labels = num_labels.or(head_rows).or(config.num_labels()).unwrap_or(0);
     if let (Some(rows), true) = (head_rows, num_labels > 0) {
         if rows != num_labels {
             return Err(Error::Shape {
-                key: "classifier.weight".into(),
+                key: head_weight,
                 expected: vec![num_labels, config.hidden_size],
                 found: vec![rows, config.hidden_size],
             });
@@ -253,15 +264,17 @@ pub fn load_from_tensors<B: Backend>(
     report.unused = source
         .tensors
         .keys()
-        .filter(|k| !source.used.contains(*k) && !k.ends_with("position_ids"))
+        // Buffers, not parameters: HF saves them, and recomputes them on load.
+        .filter(|k| !source.used.contains(*k))
+        .filter(|k| !k.ends_with("position_ids") && !k.ends_with("embeddings.token_type_ids"))
         .cloned()
         .collect();
     Ok((model, report))
 }
 
-/// Saves `model` as an HF `BertForSequenceClassification` directory, atomically: everything is
-/// written to a temporary sibling directory that is renamed into place at the end. Tokenizer files
-/// are copied from `tokenizer_dir` when given.
+/// Saves `model` as an HF `BertForSequenceClassification` (`RobertaForSequenceClassification`)
+/// directory, atomically: everything is written to a temporary sibling directory that is renamed
+/// into place at the end. Tokenizer files are copied from `tokenizer_dir` when given.
 pub fn save_classifier<B: Backend>(
     model: &BertClassifier<B>,
     dir: &Path,
@@ -275,12 +288,7 @@ pub fn save_classifier<B: Backend>(
 
     let mut config = model.config.clone();
     let num_labels = model.num_labels();
-    config.architectures = vec![if num_labels > 0 {
-        "BertForSequenceClassification"
-    } else {
-        "BertModel"
-    }
-    .to_string()];
+    config.architectures = vec![config.architecture().class_name(num_labels > 0).to_string()];
     if num_labels > 0 {
         let names = config.label_names(num_labels);
         config.id2label =
@@ -401,23 +409,24 @@ pub fn write_safetensors(path: &Path, named: &[(String, HostTensor)]) -> Result<
 /// config that does not describe these weights is an error naming the field, not an abort.
 fn check_sizes(config: &BertConfig, source: &Source) -> Result<(), Error> {
     let h = config.hidden_size;
+    let p = source.prefix;
     let tables = [
-        ("vocab_size", "bert.embeddings.word_embeddings.weight", config.vocab_size),
+        ("vocab_size", "embeddings.word_embeddings.weight", config.vocab_size),
         (
             "max_position_embeddings",
-            "bert.embeddings.position_embeddings.weight",
+            "embeddings.position_embeddings.weight",
             config.max_position_embeddings,
         ),
-        ("type_vocab_size", "bert.embeddings.token_type_embeddings.weight", config.type_vocab_size),
+        ("type_vocab_size", "embeddings.token_type_embeddings.weight", config.type_vocab_size),
         (
             "intermediate_size",
-            "bert.encoder.layer.0.intermediate.dense.weight",
+            "encoder.layer.0.intermediate.dense.weight",
             config.intermediate_size,
         ),
     ];
     let mismatch = |message: String| Error::Checkpoint { path: source.file.clone(), message };
     for (field, name, rows) in tables {
-        if let Some((key, t)) = source.find(name) {
+        if let Some((key, t)) = source.find(&format!("{p}.{name}")) {
             if t.shape != [rows, h] {
                 return Err(mismatch(format!(
                     "config.json's {field} = {rows} and hidden_size = {h} expect `{key}` \
@@ -430,7 +439,7 @@ fn check_sizes(config: &BertConfig, source: &Source) -> Result<(), Error> {
     }
     let layers = (0..config.num_hidden_layers)
         .take_while(|i| {
-            source.find(&format!("bert.encoder.layer.{i}.output.dense.weight")).is_some()
+            source.find(&format!("{p}.encoder.layer.{i}.output.dense.weight")).is_some()
         })
         .count();
     if layers > 0 && layers < config.num_hidden_layers {
@@ -450,21 +459,28 @@ enum Slot<'a, B: Backend> {
     Linear(&'a mut Linear<B>, bool),
 }
 
-/// Every module with parameters, by HF name (`BertForSequenceClassification` layout).
+/// Every module with parameters, by HF name (`BertForSequenceClassification` layout, or
+/// `RobertaForSequenceClassification`'s).
 fn slots<B: Backend>(model: &mut BertClassifier<B>) -> Vec<(String, Slot<'_, B>)> {
+    let architecture = model.config.architecture();
+    let prefix = architecture.prefix();
+    let (dense_name, out_name) = architecture.head_names();
     let bert = &mut model.bert;
     let e = &mut bert.embeddings;
     let mut out: Vec<(String, Slot<'_, B>)> = vec![
-        ("bert.embeddings.word_embeddings".into(), Slot::Embedding(&mut e.word_embeddings)),
-        ("bert.embeddings.position_embeddings".into(), Slot::Embedding(&mut e.position_embeddings)),
+        (format!("{prefix}.embeddings.word_embeddings"), Slot::Embedding(&mut e.word_embeddings)),
         (
-            "bert.embeddings.token_type_embeddings".into(),
+            format!("{prefix}.embeddings.position_embeddings"),
+            Slot::Embedding(&mut e.position_embeddings),
+        ),
+        (
+            format!("{prefix}.embeddings.token_type_embeddings"),
             Slot::Embedding(&mut e.token_type_embeddings),
         ),
-        ("bert.embeddings.LayerNorm".into(), Slot::LayerNorm(&mut e.layer_norm)),
+        (format!("{prefix}.embeddings.LayerNorm"), Slot::LayerNorm(&mut e.layer_norm)),
     ];
     for (i, layer) in bert.encoder.layer.iter_mut().enumerate() {
-        let p = format!("bert.encoder.layer.{i}");
+        let p = format!("{prefix}.encoder.layer.{i}");
         let sa = &mut layer.attention.self_attention;
         out.push((format!("{p}.attention.self.query"), Slot::Linear(&mut sa.query, false)));
         out.push((format!("{p}.attention.self.key"), Slot::Linear(&mut sa.key, false)));
@@ -479,9 +495,9 @@ fn slots<B: Backend>(model: &mut BertClassifier<B>) -> Vec<(String, Slot<'_, B>)
         out.push((format!("{p}.output.dense"), Slot::Linear(&mut layer.output.dense, false)));
         out.push((format!("{p}.output.LayerNorm"), Slot::LayerNorm(&mut layer.output.layer_norm)));
     }
-    out.push(("bert.pooler.dense".into(), Slot::Linear(&mut bert.pooler.dense, true)));
+    out.push((dense_name.into(), Slot::Linear(&mut bert.pooler.dense, true)));
     if let Some(c) = model.classifier.as_mut() {
-        out.push(("classifier".into(), Slot::Linear(c, true)));
+        out.push((out_name.into(), Slot::Linear(c, true)));
     }
     out
 }
@@ -491,17 +507,20 @@ struct Source {
     tensors: BTreeMap<String, HostTensor>,
     used: BTreeSet<String>,
     file: PathBuf,
+    /// The encoder's HF prefix (`bert`, `roberta`).
+    prefix: &'static str,
 }
 
 impl Source {
-    /// Finds `name` as written, without its `bert.` prefix (a `BertModel` checkpoint), or with
-    /// the pre-2019 LayerNorm names.
+    /// Finds `name` as written, without its `bert.` / `roberta.` prefix (a `BertModel`
+    /// checkpoint), or with the pre-2019 LayerNorm names.
     fn find(&self, name: &str) -> Option<(String, &HostTensor)> {
-        let bare = name.strip_prefix("bert.").unwrap_or(name);
+        let prefix = self.prefix;
+        let bare = name.strip_prefix(prefix).and_then(|n| n.strip_prefix('.')).unwrap_or(name);
         let old = bare
             .replace("LayerNorm.weight", "LayerNorm.gamma")
             .replace("LayerNorm.bias", "LayerNorm.beta");
-        [name.to_string(), bare.to_string(), format!("bert.{old}"), old]
+        [name.to_string(), bare.to_string(), format!("{prefix}.{old}"), old]
             .into_iter()
             .find_map(|k| self.tensors.get(&k).map(|t| (k, t)))
     }

@@ -1,21 +1,28 @@
-//! WordPiece tokenisation into model-ready batches, with HF's `tokenizers` crate.
+//! Tokenisation into model-ready batches, with HF's `tokenizers` crate: BERT's WordPiece and
+//! RoBERTa's byte-level BPE.
 //!
-//! Reads `tokenizer.json` (or builds BERT's WordPiece pipeline from `vocab.txt` when only that
-//! exists), and encodes single sentences or pairs with longest-first truncation, padding to the
-//! longest item and token type ids, exactly as HF's `BertTokenizerFast` does.
+//! Reads `tokenizer.json`, or builds the pipeline HF would from the older files: BERT's WordPiece
+//! from `vocab.txt`, RoBERTa's byte-level BPE from `vocab.json` + `merges.txt`. Encodes single
+//! sentences or pairs (`[CLS] A [SEP] B [SEP]`, RoBERTa's `<s> A </s></s> B </s>`) with
+//! longest-first truncation, padding to the longest item and token type ids, exactly as HF's
+//! `BertTokenizerFast` and `RobertaTokenizerFast` do.
 
 use std::path::Path;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use tokenizers::decoders::wordpiece::WordPiece as WordPieceDecoder;
+use tokenizers::models::bpe::BPE;
 use tokenizers::models::wordpiece::WordPiece;
 use tokenizers::normalizers::bert::BertNormalizer;
 use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::processors::bert::BertProcessing;
+use tokenizers::processors::roberta::RobertaProcessing;
 use tokenizers::{
-    EncodeInput, PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, TruncationDirection,
-    TruncationParams, TruncationStrategy,
+    AddedToken, EncodeInput, PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer,
+    TruncationDirection, TruncationParams, TruncationStrategy,
 };
 
 use crate::model::BertInput;
@@ -24,11 +31,22 @@ use crate::Error;
 /// Default maximum sequence length (the paper's fine-tuning setting).
 pub const DEFAULT_MAX_LEN: usize = 128;
 
-/// A BERT WordPiece tokenizer.
+/// The padding tokens we recognise: BERT's, then RoBERTa's.
+const PAD_TOKENS: [&str; 2] = ["[PAD]", "<pad>"];
+
+/// Byte-level BPE's stand-in for the space byte (GPT-2's `bytes_to_unicode`): a vocabulary entry
+/// that starts with it is a word that follows a space.
+pub const BYTE_LEVEL_SPACE: char = '\u{120}';
+
+/// RoBERTa's special tokens, in the order of its vocabulary's first ids.
+const ROBERTA_SPECIAL: [&str; 5] = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"];
+
+/// A BERT (WordPiece) or RoBERTa (byte-level BPE) tokenizer.
 #[derive(Clone)]
 pub struct BertTokenizer {
     inner: Tokenizer,
     pad_id: u32,
+    pad_token: &'static str,
 }
 
 /// An encoded batch on the host: row-major `[batch, seq]` arrays.
@@ -65,7 +83,8 @@ impl EncodedBatch {
 
 impl BertTokenizer {
     /// `tokenizer.json` from `dir`, else a WordPiece tokenizer from `vocab.txt` (lower-casing
-    /// unless `tokenizer_config.json` says `do_lower_case: false`).
+    /// unless `tokenizer_config.json` says `do_lower_case: false`), else RoBERTa's byte-level
+    /// BPE from `vocab.json` + `merges.txt`.
     pub fn from_dir(dir: &Path) -> Result<Self, Error> {
         crate::io::checkpoint::check_model_dir(dir)?;
         let json = dir.join("tokenizer.json");
@@ -79,8 +98,12 @@ impl BertTokenizer {
             let lowercase = read_do_lower_case(&dir.join("tokenizer_config.json"))?;
             return Self::from_vocab_file(&vocab, lowercase);
         }
+        let (vocab, merges) = (dir.join("vocab.json"), dir.join("merges.txt"));
+        if vocab.exists() && merges.exists() {
+            return Self::from_bpe_files(&vocab, &merges);
+        }
         Err(Error::Tokenizer(format!(
-            "{}: neither tokenizer.json nor vocab.txt found",
+            "{}: none of tokenizer.json, vocab.txt, or vocab.json with merges.txt found",
             dir.display()
         )))
     }
@@ -117,15 +140,64 @@ impl BertTokenizer {
         Self::new(inner)
     }
 
+    /// RoBERTa's byte-level BPE built from `vocab.json` and `merges.txt`, as HF's converter
+    /// builds `RobertaTokenizerFast` from them (no prefix space, offsets trimmed).
+    pub fn from_bpe_files(vocab: &Path, merges: &Path) -> Result<Self, Error> {
+        fn utf8(p: &Path) -> Result<&str, Error> {
+            p.to_str()
+                .ok_or_else(|| Error::Tokenizer(format!("{}: path is not UTF-8", p.display())))
+        }
+        let model = BPE::from_file(utf8(vocab)?, utf8(merges)?)
+            .build()
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", vocab.display())))?;
+        let id = |tok: &str| {
+            tokenizers::Model::token_to_id(&model, tok)
+                .ok_or_else(|| Error::Tokenizer(format!("{}: no {tok} token", vocab.display())))
+        };
+        let (cls, sep) = (id("<s>")?, id("</s>")?);
+        let mut inner = Tokenizer::new(model);
+        let byte_level = ByteLevel::default().add_prefix_space(false).trim_offsets(true);
+        inner
+            .with_pre_tokenizer(Some(byte_level))
+            .with_post_processor(Some(
+                RobertaProcessing::new(("</s>".into(), sep), ("<s>".into(), cls))
+                    .trim_offsets(true)
+                    .add_prefix_space(false),
+            ))
+            .with_decoder(Some(byte_level));
+        // Special tokens are never split, wherever they appear in the text. (No lstrip on
+        // `<mask>`: transformers 5 builds it without, so " <mask>" keeps its space token.)
+        let special: Vec<AddedToken> = ROBERTA_SPECIAL
+            .iter()
+            .filter(|t| inner.token_to_id(t).is_some())
+            .map(|t| AddedToken::from(*t, true))
+            .collect();
+        inner.add_special_tokens(&special);
+        Self::new(inner)
+    }
+
     fn new(mut inner: Tokenizer) -> Result<Self, Error> {
-        let pad_id = inner
-            .token_to_id("[PAD]")
-            .ok_or_else(|| Error::Tokenizer("vocabulary has no [PAD] token".into()))?;
+        let (pad_token, pad_id) = PAD_TOKENS
+            .iter()
+            .find_map(|&t| inner.token_to_id(t).map(|id| (t, id)))
+            .ok_or_else(|| Error::Tokenizer("vocabulary has no [PAD] or <pad> token".into()))?;
         // Our own padding and truncation replace whatever the file set (sentence-transformers
         // files pad every item to 128).
         inner.with_padding(None);
         inner.with_truncation(None).map_err(|e| Error::Tokenizer(e.to_string()))?;
-        Ok(Self { inner, pad_id })
+        Ok(Self { inner, pad_id, pad_token })
+    }
+
+    /// How the vocabulary marks a whole word: byte-level BPE (RoBERTa) starts a word that follows
+    /// a space with [`BYTE_LEVEL_SPACE`]; WordPiece (BERT) marks continuations (`##`) instead.
+    pub fn word_marker(&self) -> Option<char> {
+        let byte_level = |p: &PreTokenizerWrapper| matches!(p, PreTokenizerWrapper::ByteLevel(_));
+        match self.inner.get_pre_tokenizer() {
+            Some(PreTokenizerWrapper::Sequence(seq)) => seq.as_ref().iter().any(byte_level),
+            Some(p) => byte_level(p),
+            None => false,
+        }
+        .then_some(BYTE_LEVEL_SPACE)
     }
 
     /// The wrapped HF tokenizer.
@@ -178,7 +250,7 @@ impl BertTokenizer {
             pad_to_multiple_of: None,
             pad_id: self.pad_id,
             pad_type_id: 0,
-            pad_token: "[PAD]".into(),
+            pad_token: self.pad_token.into(),
         }));
         let inputs: Vec<EncodeInput> = items
             .iter()
@@ -248,6 +320,33 @@ mod tests {
         assert_eq!(&batch.token_type_ids[8..], &[0, 0, 0, 0, 1, 1, 1, 1]);
         assert_eq!(batch.length(0), 7);
         assert_eq!(batch.attention_mask[7], 0);
+        assert_eq!(tok.word_marker(), None);
+    }
+
+    #[test]
+    fn bpe_files_encode_pairs_as_roberta_does() {
+        let dir = std::env::temp_dir().join(format!("imbert-bpe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let vocab = r#"{"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": 4, "t": 5,
+            "h": 6, "e": 7, "\u0120": 8, "c": 9, "a": 10, "th": 11, "the": 12, "\u0120c": 13,
+            "at": 14, "\u0120cat": 15}"#;
+        std::fs::write(dir.join("vocab.json"), vocab).unwrap();
+        std::fs::write(
+            dir.join("merges.txt"),
+            "#version: 0.2\nt h\nth e\n\u{120} c\na t\n\u{120}c at\n",
+        )
+        .unwrap();
+        let tok = BertTokenizer::from_dir(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let batch = tok.encode(&[("the cat", None), ("the", Some("cat"))], 16).unwrap();
+        // The pair's second text has no leading space, so "cat" is not the word "\u{120}cat".
+        let pad = "<pad>";
+        assert_eq!(batch.tokens[0], ["<s>", "the", "\u{120}cat", "</s>", pad, pad, pad]);
+        assert_eq!(batch.tokens[1], ["<s>", "the", "</s>", "</s>", "c", "at", "</s>"]);
+        assert_eq!(&batch.input_ids[..7], &[0, 12, 15, 2, 1, 1, 1]);
+        assert!(batch.token_type_ids.iter().all(|&t| t == 0), "RoBERTa has one token type");
+        assert_eq!(tok.word_marker(), Some(BYTE_LEVEL_SPACE));
+        assert_eq!(batch.length(0), 4);
     }
 
     #[test]
@@ -266,6 +365,6 @@ mod tests {
         std::fs::create_dir_all(&empty).unwrap();
         let err = BertTokenizer::from_dir(&empty).err().unwrap();
         std::fs::remove_dir(&empty).unwrap();
-        assert!(err.to_string().contains("neither tokenizer.json nor vocab.txt"), "{err}");
+        assert!(err.to_string().contains("none of tokenizer.json, vocab.txt"), "{err}");
     }
 }

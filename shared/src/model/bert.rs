@@ -1,9 +1,12 @@
-//! BERT for sequence classification, with a per-layer connection (BERT / EX / IM).
+//! BERT (or RoBERTa) for sequence classification, with a per-layer connection (BERT / EX / IM).
 //!
 //! Module paths mirror HF weight names (`bert.embeddings.word_embeddings`,
 //! `bert.encoder.layer.{i}.attention.self.query`, `classifier`), so loading needs almost no
 //! remap table (see `checkpoint.rs`). The classification head is HF's
 //! `BertForSequenceClassification`: pooler (dense + tanh on [CLS]) -> dropout -> classifier.
+//! RoBERTa ([`Architecture::Roberta`]) shares every layer; its embeddings number positions past
+//! the padding index, and its head (`classifier.dense`, `classifier.out_proj`) is the same two
+//! Linears with one more dropout, so it lives in the same structs under other HF names.
 
 use burn::module::{Module, Param};
 use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear, LinearConfig};
@@ -11,7 +14,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
 
 use crate::cpu::kernels::add_residual;
-use crate::model::config::BertConfig;
+use crate::model::config::{Architecture, BertConfig};
 use crate::model::implicit_euler::{Connection, ConnectionSpec, SolveOptions};
 use crate::model::layer::{layer_norm_forward, BertLayer, LayerContext, MASKED_SCORE};
 use crate::Error;
@@ -74,6 +77,10 @@ pub struct BertEmbeddings<B: Backend> {
     pub layer_norm: LayerNorm<B>,
     #[module(skip)]
     pub eps: f64,
+    /// RoBERTa's padding index: real tokens take positions `padding_idx + 1, ..` and padding
+    /// takes `padding_idx` (HF's `create_position_ids_from_input_ids`). `None`: BERT's `0..seq`.
+    #[module(skip)]
+    pub padding_idx: Option<usize>,
 }
 
 impl<B: Backend> BertEmbeddings<B> {
@@ -86,9 +93,15 @@ impl<B: Backend> BertEmbeddings<B> {
     ) -> Tensor<B, 3> {
         let [batch, seq] = input.input_ids.dims();
         let device = input.input_ids.device();
-        let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
-            .reshape([1, seq])
-            .expand([batch, seq]);
+        let positions = match self.padding_idx {
+            None => Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
+                .reshape([1, seq])
+                .expand([batch, seq]),
+            Some(pad) => {
+                let real = input.input_ids.clone().not_equal_elem(pad as i64).int(); // [b, s]
+                (real.clone().cumsum(1) * real).add_scalar(pad as i64)
+            }
+        };
         let mut words = self.word_embeddings.forward(input.input_ids.clone()); // [b, s, h]
         if let Some(delta) = delta {
             words = words + delta;
@@ -156,6 +169,8 @@ impl<B: Backend> BertClassifier<B> {
                     token_type_embeddings: emb(config.type_vocab_size),
                     layer_norm: ln(),
                     eps: config.layer_norm_eps,
+                    padding_idx: (config.architecture() == Architecture::Roberta)
+                        .then_some(config.pad_token_id),
                 },
                 encoder: BertEncoder {
                     layer: (0..config.num_hidden_layers)
@@ -180,7 +195,8 @@ impl<B: Backend> BertClassifier<B> {
 
     /// The longest input the position embeddings allow, capped at `requested`.
     pub fn max_len(&self, requested: usize) -> usize {
-        requested.min(self.config.max_position_embeddings)
+        let offset = self.config.architecture().position_offset(self.config.pad_token_id);
+        requested.min(self.config.max_position_embeddings - offset)
     }
 
     /// Number of classes of the head (0 without one).
@@ -251,9 +267,12 @@ impl<B: Backend> BertClassifier<B> {
         let logits = match (&self.classifier, options.skip_head) {
             (Some(classifier), false) => {
                 let hidden = h.dims()[2];
-                let cls = h.clone().slice([0..batch, 0..1]).reshape([batch, hidden]);
-                let pooled = self.bert.pooler.dense.forward(cls).tanh();
+                let mut cls = h.clone().slice([0..batch, 0..1]).reshape([batch, hidden]);
                 let dropout = if training { self.config.classifier_dropout_prob() } else { 0.0 };
+                if self.config.architecture() == Architecture::Roberta {
+                    cls = dropout_forward(cls, dropout); // RobertaClassificationHead's first
+                }
+                let pooled = self.bert.pooler.dense.forward(cls).tanh();
                 Some(classifier.forward(dropout_forward(pooled, dropout)))
             }
             _ => None,

@@ -1,7 +1,8 @@
-//! `BertConfig`: the HF `config.json` of a BERT model, as data.
+//! `BertConfig`: the HF `config.json` of a BERT or RoBERTa model, as data.
 //!
-//! Field names and meanings follow transformers' `BertConfig`; `Default` is bert-base-uncased, so
-//! a `config.json` that leaves a field out gets the value HF would use.
+//! Field names and meanings follow transformers' `BertConfig` (RoBERTa's `config.json` has the
+//! same fields); `Default` is bert-base-uncased, so a `config.json` that leaves a field out gets
+//! the value HF would use. `model_type` picks the [`Architecture`].
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -17,6 +18,54 @@ const MAX_POSITIONS: usize = 1 << 20;
 const MAX_TYPES: usize = 1 << 10;
 /// The most classes a classification head may have (also bounds `--num-labels`).
 pub const MAX_LABELS: usize = 1 << 16;
+
+/// The two model families with BERT's layer: they differ only in the embeddings' position ids,
+/// the classification head and the HF weight names, so one model type serves both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// HF `BertForSequenceClassification`: pooler (dense + tanh on [CLS]), then the classifier.
+    Bert,
+    /// HF `RobertaForSequenceClassification`: position ids count from `pad_token_id + 1` and
+    /// skip padding; one token type; the head is dense + tanh + out_proj on `<s>`, no pooler.
+    Roberta,
+}
+
+impl Architecture {
+    /// The prefix of the encoder's HF weight names.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Self::Bert => "bert",
+            Self::Roberta => "roberta",
+        }
+    }
+
+    /// HF names of the head's two Linears: the dense layer before tanh, and the output layer.
+    pub fn head_names(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Bert => ("bert.pooler.dense", "classifier"),
+            Self::Roberta => ("classifier.dense", "classifier.out_proj"),
+        }
+    }
+
+    /// HF's class name for the model, with or without a classification head.
+    pub fn class_name(self, with_head: bool) -> &'static str {
+        match (self, with_head) {
+            (Self::Bert, true) => "BertForSequenceClassification",
+            (Self::Bert, false) => "BertModel",
+            (Self::Roberta, true) => "RobertaForSequenceClassification",
+            (Self::Roberta, false) => "RobertaModel",
+        }
+    }
+
+    /// How many positions come before the first token's: RoBERTa numbers tokens from
+    /// `pad_token_id + 1` (HF's `create_position_ids_from_input_ids`), BERT from 0.
+    pub fn position_offset(self, pad_token_id: usize) -> usize {
+        match self {
+            Self::Bert => 0,
+            Self::Roberta => pad_token_id + 1,
+        }
+    }
+}
 
 /// Hyper-parameters of a BERT encoder and its classification head, read from `config.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,7 +103,7 @@ pub struct BertConfig {
     /// Label names by class index; its length is the number of classes of the head.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub id2label: Option<std::collections::BTreeMap<String, String>>,
-    /// HF model type, always "bert" here.
+    /// HF model type: "bert" or "roberta" (see [`Architecture`]).
     pub model_type: String,
     /// HF architectures list; we write `BertForSequenceClassification` when a head exists.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -106,6 +155,7 @@ impl BertConfig {
     /// near, before anything is allocated for it (a `vocab_size` of 1e12 would otherwise abort
     /// the process asking for petabytes).
     pub fn validate(&self) -> Result<(), String> {
+        self.try_architecture()?;
         for (name, value, max) in [
             ("vocab_size", self.vocab_size, MAX_VOCAB),
             ("hidden_size", self.hidden_size, MAX_WIDTH),
@@ -123,6 +173,14 @@ impl BertConfig {
             return Err(format!(
                 "pad_token_id = {} is not below vocab_size = {}",
                 self.pad_token_id, self.vocab_size
+            ));
+        }
+        let offset = self.architecture().position_offset(self.pad_token_id);
+        if offset >= self.max_position_embeddings {
+            return Err(format!(
+                "max_position_embeddings = {} leaves no position after the first {offset} \
+                 (RoBERTa numbers tokens from pad_token_id + 1)",
+                self.max_position_embeddings
             ));
         }
         if let Some(labels) = &self.id2label {
@@ -164,6 +222,21 @@ impl BertConfig {
         Ok(())
     }
 
+    /// The family `model_type` names. Call on a validated config (`from_file` validates).
+    pub fn architecture(&self) -> Architecture {
+        self.try_architecture().unwrap_or(Architecture::Bert)
+    }
+
+    fn try_architecture(&self) -> Result<Architecture, String> {
+        match self.model_type.as_str() {
+            "bert" => Ok(Architecture::Bert),
+            "roberta" => Ok(Architecture::Roberta),
+            other => {
+                Err(format!("model_type {other:?} is not supported (\"bert\" or \"roberta\")"))
+            }
+        }
+    }
+
     /// Width of one attention head.
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_attention_heads
@@ -203,6 +276,18 @@ impl BertConfig {
             ..Self::default()
         }
     }
+
+    /// `tiny()` as RoBERTa: positions offset past `<pad>` (id 1), one token type.
+    pub fn tiny_roberta() -> Self {
+        Self {
+            model_type: "roberta".into(),
+            pad_token_id: 1,
+            type_vocab_size: 1,
+            max_position_embeddings: 34,
+            layer_norm_eps: 1e-5,
+            ..Self::tiny()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -239,12 +324,18 @@ mod tests {
                 BertConfig { classifier_dropout: Some(1.0), ..BertConfig::tiny() },
                 "classifier_dropout",
             ),
+            (BertConfig { model_type: "gpt2".into(), ..BertConfig::tiny() }, "model_type \"gpt2\""),
+            (
+                BertConfig { max_position_embeddings: 2, ..BertConfig::tiny_roberta() },
+                "max_position_embeddings = 2",
+            ),
         ];
         for (config, needle) in cases {
             let message = config.validate().unwrap_err();
             assert!(message.contains(needle), "{needle}: {message}");
         }
         assert!(BertConfig::tiny().validate().is_ok());
+        assert!(BertConfig::tiny_roberta().validate().is_ok());
         assert!(BertConfig::default().validate().is_ok());
     }
 

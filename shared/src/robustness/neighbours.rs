@@ -5,9 +5,10 @@
 //! TextFooler ranks candidates in counter-fitted GloVe vectors; we use the rows of
 //! `bert.embeddings.word_embeddings.weight` instead, so no extra download is needed and the
 //! candidates are words the model itself places close together. Only whole-word vocabulary
-//! entries take part (letters only, two or more, no `##` continuation, no `[...]` special), so a
-//! substitution is always one token for one token. Everything lives on the host (`Vec<f32>`),
-//! which keeps it usable from the browser.
+//! entries take part (letters only, two or more, no `##` continuation, no `[...]` special; in a
+//! byte-level BPE vocabulary such as RoBERTa's, the entries for a word after a space, `Ġword`),
+//! so a substitution is always one token for one token. Everything lives on the host
+//! (`Vec<f32>`), which keeps it usable from the browser.
 
 use std::collections::HashMap;
 
@@ -37,12 +38,23 @@ impl WordNeighbours {
         token.chars().nth(1).is_some() && token.chars().all(char::is_alphabetic)
     }
 
-    /// Builds the index from a row-major `[vocab, hidden]` embedding matrix and the tokenizer's
+    /// Builds the index from a row-major `[vocab, hidden]` embedding matrix and a WordPiece
     /// vocabulary (token -> row). Entries whose row is missing or all zero are left out.
     pub fn new(
         embeddings: &[f32],
         hidden: usize,
         vocab: &HashMap<String, u32>,
+    ) -> Result<Self, Error> {
+        Self::with_word_marker(embeddings, hidden, vocab, None)
+    }
+
+    /// As [`Self::new`], for a vocabulary whose whole words start with `marker`
+    /// ([`BertTokenizer::word_marker`]): only those entries take part, under the word without it.
+    pub fn with_word_marker(
+        embeddings: &[f32],
+        hidden: usize,
+        vocab: &HashMap<String, u32>,
+        marker: Option<char>,
     ) -> Result<Self, Error> {
         if hidden == 0 || !embeddings.len().is_multiple_of(hidden) {
             return Err(Error::Input(format!(
@@ -51,10 +63,17 @@ impl WordNeighbours {
             )));
         }
         let n_rows = embeddings.len() / hidden;
+        fn word(token: &str, marker: Option<char>) -> Option<&str> {
+            match marker {
+                Some(m) => token.strip_prefix(m),
+                None => Some(token),
+            }
+            .filter(|w| WordNeighbours::is_whole_word(w))
+        }
         let mut entries: Vec<(u32, &str)> = vocab
             .iter()
-            .filter(|(w, &id)| (id as usize) < n_rows && Self::is_whole_word(w))
-            .map(|(w, &id)| (id, w.as_str()))
+            .filter(|(_, &id)| (id as usize) < n_rows)
+            .filter_map(|(token, &id)| word(token, marker).map(|w| (id, w)))
             .collect();
         // HashMap order is random: sort for a deterministic index.
         entries.sort_unstable();
@@ -81,7 +100,8 @@ impl WordNeighbours {
     ) -> Result<Self, Error> {
         let weight = HostTensor::from_tensor(&model.bert.embeddings.word_embeddings.weight.val())?;
         let hidden = weight.shape.get(1).copied().unwrap_or(0);
-        Self::new(&weight.data, hidden, &tokenizer.inner().get_vocab(true))
+        let vocab = tokenizer.inner().get_vocab(true);
+        Self::with_word_marker(&weight.data, hidden, &vocab, tokenizer.word_marker())
     }
 
     /// Number of whole words in the index.
@@ -166,6 +186,15 @@ mod tests {
     #[test]
     fn bad_shapes_are_errors() {
         assert!(WordNeighbours::new(&[1.0, 2.0, 3.0], 2, &vocab(&["ab"])).is_err());
+        // Byte-level BPE: only the words after a space, under their bare spelling.
+        let words = ["<s>", "good", "\u{120}good", "\u{120}great", "\u{120}a", "ing"];
+        let rows: Vec<f32> = (0..words.len()).flat_map(|i| [1.0, i as f32]).collect();
+        let index = WordNeighbours::with_word_marker(&rows, 2, &vocab(&words), Some('\u{120}'));
+        let index = index.unwrap();
+        assert_eq!(index.len(), 2);
+        let found: Vec<String> = index.neighbours("good", 5).into_iter().map(|(w, _)| w).collect();
+        assert_eq!(found, ["great"]);
+        assert!(!index.contains("ing") && !index.contains("\u{120}good"));
         assert!(WordNeighbours::new(&[], 0, &vocab(&["ab"])).is_err());
     }
 }

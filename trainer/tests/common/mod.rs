@@ -38,12 +38,17 @@ pub fn ok(out: std::process::Output) -> String {
 }
 
 pub fn tiny_finetune(run: &Path, extra: &[&str]) -> Vec<String> {
+    tiny_finetune_of("tests/fixtures/tiny-bert", run, extra)
+}
+
+/// `tiny_finetune` from another model directory (the tiny RoBERTa).
+pub fn tiny_finetune_of(model: &str, run: &Path, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "finetune",
         "--task",
         "sst2",
         "--model",
-        "tests/fixtures/tiny-bert",
+        model,
         "--train-samples",
         "32",
         "--val-samples",

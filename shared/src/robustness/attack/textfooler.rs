@@ -28,7 +28,7 @@ impl<'a, B: Backend> TextFooler<'a, B> {
         mut config: AttackConfig,
     ) -> Result<Self, Error> {
         config.validate()?;
-        config.max_len = config.max_len.min(model.config.max_position_embeddings);
+        config.max_len = model.max_len(config.max_len);
         if model.num_labels() == 0 {
             return Err(Error::Input("the model has no classifier to attack".into()));
         }
