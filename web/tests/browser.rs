@@ -11,7 +11,8 @@
 //!   transformers' (`tiny_roberta_reference.safetensors`), on burn-ndarray and WebGPU.
 //!
 //! In the browser (headless Chromium, see `.cargo/config.toml` and `web/webdriver.json`):
-//! `cargo test -p web --target wasm32-unknown-unknown --test browser`. Natively, everything but
+//! `cargo test --release -p web --target wasm32-unknown-unknown --test browser` (`make
+//! browser-test`; --release shares its build with the demo's). Natively, everything but
 //! the WebGPU test runs as ordinary tests.
 
 use std::collections::{BTreeMap, HashMap};
