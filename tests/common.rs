@@ -16,7 +16,7 @@ use burn::tensor::Distribution;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use safetensors::Dtype;
 use shared::io::checkpoint::{hf_parameters, load_classifier, ParamTensor};
-use shared::io::checkpoint::{read_safetensors, HostTensor};
+use shared::io::tensor_file::{read_safetensors, HostTensor};
 use shared::model::layer::{LayerContext, MASKED_SCORE};
 use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
 
@@ -423,9 +423,14 @@ pub fn roberta_reference_batch<B: Backend>(
 
 /// Plain tiny-roberta's hidden states (embeddings and each layer) and logits against
 /// transformers' (`prefix` "" for the float64 values, "f32." for float32): the max absolute
-/// difference of each, in that order.
-pub fn check_tiny_roberta_forward<B: Backend>(device: &B::Device, prefix: &str) -> Vec<f64> {
-    let (model, report) = load_classifier::<B>(&fixture("tiny-roberta"), None, device).unwrap();
+/// difference of each, in that order. `directory` is the fixture holding its weights:
+/// "tiny-roberta" (safetensors) or "tiny-roberta-bin" (the same weights as `pytorch_model.bin`).
+pub fn check_tiny_roberta_forward<B: Backend>(
+    device: &B::Device,
+    directory: &str,
+    prefix: &str,
+) -> Vec<f64> {
+    let (model, report) = load_classifier::<B>(&fixture(directory), None, device).unwrap();
     assert!(report.initialized_fresh.is_empty(), "{:?}", report.initialized_fresh);
     assert!(report.unused.is_empty(), "{:?}", report.unused);
     let r = reference(ROBERTA_REFERENCE);

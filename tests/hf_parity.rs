@@ -12,7 +12,7 @@ fn minilm_every_layer_matches_transformers() {
 
 #[test]
 fn tiny_roberta_every_layer_and_the_logits_match_transformers() {
-    let diffs = check_tiny_roberta_forward::<Cpu>(&Default::default(), "f32.");
+    let diffs = check_tiny_roberta_forward::<Cpu>(&Default::default(), "tiny-roberta", "f32.");
     assert!(diffs.iter().all(|&d| d < 1e-4), "{diffs:?}");
 }
 

@@ -1,8 +1,8 @@
 //! RoBERTa shares BERT's layer and connections: a small random RoBERTa checkpoint
 //! (`tests/fixtures/tiny-roberta`, built by `tests/python/roberta_reference.py`) equals
-//! transformers layer by layer in float64, and its exact IM training gradient equals PyTorch's
-//! `create_graph=True` reference. The float32 parity, tokenisation and save -> load checks are in
-//! `hf_parity.rs`, `tokenizer.rs` and `checkpoint.rs`.
+//! transformers layer by layer in float64 (from safetensors and from `pytorch_model.bin`), and its
+//! exact IM training gradient equals PyTorch's `create_graph=True` reference. The float32 parity,
+//! tokenisation and save -> load checks are in `hf_parity.rs`, `tokenizer.rs` and `checkpoint.rs`.
 
 use imbert_tests::*;
 use shared::io::checkpoint::load_classifier;
@@ -11,7 +11,14 @@ use shared::{ConnectionSpec, ForwardOptions};
 
 #[test]
 fn tiny_roberta_every_layer_and_the_logits_match_transformers_f64() {
-    let diffs = check_tiny_roberta_forward::<Cpu64>(&Default::default(), "");
+    let diffs = check_tiny_roberta_forward::<Cpu64>(&Default::default(), "tiny-roberta", "");
+    assert!(diffs.iter().all(|&d| d < 1e-10), "{diffs:?}");
+}
+
+/// The same weights saved by `torch.save` (`pytorch_model.bin`, zip format) give the same model.
+#[test]
+fn tiny_roberta_from_pytorch_bin_matches_transformers_f64() {
+    let diffs = check_tiny_roberta_forward::<Cpu64>(&Default::default(), "tiny-roberta-bin", "");
     assert!(diffs.iter().all(|&d| d < 1e-10), "{diffs:?}");
 }
 

@@ -117,6 +117,10 @@ def roberta_reference(out: pathlib.Path, sentences, tokenizer_cases) -> None:
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     model.save_pretrained(directory, safe_serialization=True)
+    # The same weights as a legacy pytorch_model.bin, for the .bin loader.
+    (out / "tiny-roberta-bin").mkdir(exist_ok=True)
+    (out / "tiny-roberta-bin" / "config.json").write_text((directory / "config.json").read_text())
+    torch.save(model.state_dict(), out / "tiny-roberta-bin" / "pytorch_model.bin")
 
     input_ids, token_type_ids, attention_mask = encode_batch(tok, sentences)
     tensors = {"input_ids": input_ids, "attention_mask": attention_mask}

@@ -81,7 +81,7 @@ pub struct AttackArgs {
     pub backend: BackendKind,
 }
 
-fn parse_task(s: &str) -> Result<Task, String> {
+pub(crate) fn parse_task(s: &str) -> Result<Task, String> {
     s.parse().map_err(|e: shared::data::DataError| e.to_string())
 }
 
@@ -135,7 +135,7 @@ pub fn run(args: AttackArgs) -> Result<()> {
 }
 
 /// `--connection`, else the `connection` of `MODEL/imbert.json`, else plain BERT.
-fn connection_spec(model: &Path, flag: Option<&str>) -> Result<ConnectionSpec> {
+pub(crate) fn connection_spec(model: &Path, flag: Option<&str>) -> Result<ConnectionSpec> {
     if let Some(spec) = flag {
         return ConnectionSpec::parse(spec).context("parsing --connection");
     }
@@ -165,7 +165,8 @@ fn attack<B: Backend>(
     device: &B::Device,
 ) -> Result<()> {
     B::seed(device, args.seed);
-    let (tokenizer, model) = load_victim::<B>(args, spec, device)?;
+    let (tokenizer, model) =
+        load_victim::<B>(&args.model, args.num_labels, args.task, spec, device)?;
     let max_positions = model.max_len(usize::MAX);
     if args.max_len > max_positions {
         tracing::warn!(
@@ -219,29 +220,33 @@ fn attack<B: Backend>(
     Ok(())
 }
 
-/// The tokenizer and the classifier under attack, which must have the task's number of classes.
-fn load_victim<B: Backend>(
-    args: &AttackArgs,
+/// The tokenizer and the classifier under attack (an HF directory or a web bundle, with
+/// `spec`'s connections), which must have the task's number of classes.
+pub(crate) fn load_victim<B: Backend>(
+    dir: &Path,
+    num_labels: Option<usize>,
+    task: Task,
     spec: &ConnectionSpec,
     device: &B::Device,
 ) -> Result<(BertTokenizer, BertClassifier<B>)> {
-    let tokenizer = BertTokenizer::from_dir(&args.model).context("loading the tokenizer")?;
-    let (model, report) =
-        load_model_dir::<B>(&args.model, args.num_labels, device).context("loading the model")?;
+    let tokenizer = BertTokenizer::from_dir(dir)
+        .with_context(|| format!("loading the tokenizer of {}", dir.display()))?;
+    let (model, report) = load_model_dir::<B>(dir, num_labels, device)
+        .with_context(|| format!("loading the model {}", dir.display()))?;
     for name in &report.initialized_fresh {
         tracing::warn!(
             "{name} is not in {}: initialised fresh (random)",
             report.weights_file.display()
         );
     }
-    let task_labels = args.task.num_labels();
+    let task_labels = task.num_labels();
     match model.num_labels() {
         0 => bail!(
             "{} has no classifier: pass --num-labels {task_labels} to add a fresh (random) one",
-            args.model.display()
+            dir.display()
         ),
         n if n != task_labels => {
-            bail!("the model has {n} classes, task {} has {task_labels}", args.task)
+            bail!("{}: the model has {n} classes, task {task} has {task_labels}", dir.display())
         }
         _ => {}
     }

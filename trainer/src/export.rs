@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 use shared::data::Task;
 pub use shared::io::bundle::IndexEntry;
 use shared::io::bundle::{ModelCard, Quantization, WebBundle, CARD_FILE};
-use shared::io::checkpoint::{self, HostTensor};
+use shared::io::checkpoint;
 use shared::io::quantize::{quantize_to_safetensors, SCHEME, WEB_WEIGHTS_FILE};
+use shared::io::tensor_file::{self, HostTensor};
 use shared::{BertClassifier, BertConfig, BertTokenizer, ConnectionSpec, ForwardOptions};
 
 use crate::backend::Cpu;
@@ -206,9 +207,9 @@ fn load_model(
     let config = BertConfig::from_file(&source.join("config.json"))?;
     let weights = checkpoint::weights_file(source)?;
     let tensors = if weights.extension().is_some_and(|e| e == "safetensors") {
-        checkpoint::read_safetensors(&weights)?
+        tensor_file::read_safetensors(&weights)?
     } else {
-        checkpoint::read_pytorch_bin(&weights)?
+        tensor_file::read_pytorch_bin(&weights)?
     };
     let (model, report) = checkpoint::load_from_tensors::<Cpu>(
         &config,

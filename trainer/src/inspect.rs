@@ -7,7 +7,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{activation::softmax, Tensor};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use shared::io::checkpoint::{load_classifier, write_safetensors, HostTensor};
+use shared::io::checkpoint::load_classifier;
+use shared::io::tensor_file::{write_safetensors, HostTensor};
 use shared::{
     BertClassifier, BertInput, BertTokenizer, ClassifierOutput, Connection, ConnectionSpec,
     EncodedBatch, ForwardOptions, ImplicitEuler,

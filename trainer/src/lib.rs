@@ -9,6 +9,7 @@ pub mod evaluate;
 pub mod export;
 pub mod fetch;
 pub mod finetune;
+pub mod flip;
 pub mod grad_norms;
 pub mod inspect;
 pub mod lr_search;

@@ -28,6 +28,9 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// TextFooler (greedy embedding-neighbour word swaps) against a model; TextAttack's metrics.
     Attack(attack::AttackArgs),
+    /// The fewest word and sentence edits that flip a model's verdict, then whether other
+    /// connections or models flip on the same edit.
+    Flip(Box<flip::FlipArgs>),
     /// Tables (mean ± std over seeds) and plots over run directories, in the paper's format.
     Report(report::ReportArgs),
     /// Fine-tune on a GLUE task (paper protocol; BERT / EX / IM connections; CreAT or PGD).
@@ -65,6 +68,7 @@ fn main() {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Attack(args) => attack::run(args),
+        Command::Flip(args) => flip::run(*args),
         Command::Report(args) => report::run(args),
         Command::Finetune(args) => finetune::run(*args),
         Command::Eval(args) => evaluate::run(args),

@@ -9,7 +9,8 @@ use std::process::{Command, Output};
 use burn::backend::NdArray;
 use serde_json::Value;
 use shared::io::bundle::WebBundle;
-use shared::io::checkpoint::{self, HostTensor};
+use shared::io::checkpoint;
+use shared::io::tensor_file::{self, HostTensor};
 use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
 
 fn repo() -> PathBuf {
@@ -158,10 +159,10 @@ fn export_reloads_within_tolerance_and_upserts_the_index() {
 fn a_model_without_a_trained_head_is_refused_unless_marked_untrained() {
     // The tiny fixture without its classifier.
     let headless = scratch("headless-model");
-    let tensors = checkpoint::read_safetensors(&tiny().join("model.safetensors")).unwrap();
+    let tensors = tensor_file::read_safetensors(&tiny().join("model.safetensors")).unwrap();
     let kept: Vec<(String, HostTensor)> =
         tensors.into_iter().filter(|(k, _)| !k.starts_with("classifier.")).collect();
-    checkpoint::write_safetensors(&headless.join("model.safetensors"), &kept).unwrap();
+    tensor_file::write_safetensors(&headless.join("model.safetensors"), &kept).unwrap();
     for f in ["config.json", "vocab.txt"] {
         std::fs::copy(tiny().join(f), headless.join(f)).unwrap();
     }

@@ -22,7 +22,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
-use shared::io::checkpoint::{load_from_tensors, HostTensor};
+use shared::io::checkpoint::load_from_tensors;
+use shared::io::tensor_file::HostTensor;
 use shared::robustness::neighbours::WordNeighbours;
 use shared::robustness::perturb::{self, EditKind, Perturbation};
 use shared::{

@@ -17,8 +17,9 @@ use std::path::Path;
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
-use crate::io::checkpoint::{self, HostTensor, LoadReport};
+use crate::io::checkpoint::{self, LoadReport};
 use crate::io::quantize::{dequantize_safetensors, WEB_WEIGHTS_FILE};
+use crate::io::tensor_file::HostTensor;
 use crate::{BertClassifier, BertConfig, BertTokenizer, ConnectionSpec, Error};
 
 /// The model card's file name, next to the weights (finetune's `best/`, a bundle).

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
-use crate::io::checkpoint::HostTensor;
+use crate::io::tensor_file::HostTensor;
 use crate::Error;
 
 /// The weights file of a web bundle.

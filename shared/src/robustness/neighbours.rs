@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use burn::tensor::backend::Backend;
 
-use crate::io::checkpoint::HostTensor;
+use crate::io::tensor_file::HostTensor;
 use crate::io::tokenizer::BertTokenizer;
 use crate::model::BertClassifier;
 use crate::Error;

@@ -1,10 +1,11 @@
 //! TextFooler on a small random model: metrics, determinism, budgets, pairs, bad input.
 
-use super::textfooler::{argmax, render, softmax};
+use super::textfooler::render;
 use super::*;
 use crate::data::Example;
 use crate::io::tokenizer::BertTokenizer;
 use crate::rng::SplitMix64;
+use crate::robustness::classify::{argmax, softmax};
 use crate::robustness::neighbours::WordNeighbours;
 use crate::robustness::perturb::word_spans;
 use crate::{BertClassifier, BertConfig};

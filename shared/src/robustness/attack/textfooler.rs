@@ -5,7 +5,8 @@ use burn::tensor::backend::Backend;
 use super::{AttackConfig, AttackResult, AttackStatus, PairField, Substitution};
 use crate::data::Example;
 use crate::io::tokenizer::BertTokenizer;
-use crate::model::{BertClassifier, ForwardOptions};
+use crate::model::BertClassifier;
+use crate::robustness::classify::{self, argmax};
 use crate::robustness::neighbours::WordNeighbours;
 use crate::robustness::perturb::{is_substitutable, match_case, word_spans, WordSpan};
 use crate::Error;
@@ -16,7 +17,6 @@ pub struct TextFooler<'a, B: Backend> {
     tokenizer: &'a BertTokenizer,
     neighbours: &'a WordNeighbours,
     config: AttackConfig,
-    device: B::Device,
 }
 
 impl<'a, B: Backend> TextFooler<'a, B> {
@@ -40,8 +40,7 @@ impl<'a, B: Backend> TextFooler<'a, B> {
                 model.config.vocab_size
             )));
         }
-        let device = model.bert.embeddings.word_embeddings.weight.device();
-        Ok(Self { model, tokenizer, neighbours, config, device })
+        Ok(Self { model, tokenizer, neighbours, config })
     }
 
     pub fn config(&self) -> &AttackConfig {
@@ -215,25 +214,13 @@ impl<'a, B: Backend> TextFooler<'a, B> {
         &self,
         items: &[(String, Option<String>)],
     ) -> Result<Vec<Vec<f32>>, Error> {
-        let mut out = Vec::with_capacity(items.len());
-        for chunk in items.chunks(self.config.batch_size) {
-            let refs: Vec<(&str, Option<&str>)> =
-                chunk.iter().map(|(a, b)| (a.as_str(), b.as_deref())).collect();
-            let batch = self.tokenizer.encode(&refs, self.config.max_len)?;
-            let logits = self
-                .model
-                .forward(&batch.to_input::<B>(&self.device), ForwardOptions::default())
-                .logits
-                .ok_or_else(|| Error::Input("the model has no classifier".into()))?;
-            let n = logits.dims()[1];
-            let values = logits
-                .into_data()
-                .convert::<f32>()
-                .into_vec::<f32>()
-                .map_err(|e| Error::Input(format!("reading logits: {e:?}")))?;
-            out.extend(values.chunks_exact(n).map(softmax));
-        }
-        Ok(out)
+        classify::probabilities(
+            self.model,
+            self.tokenizer,
+            items,
+            self.config.max_len,
+            self.config.batch_size,
+        )
     }
 }
 
@@ -280,15 +267,4 @@ pub(super) fn render(text: &str, spans: &[WordSpan], words: &[String]) -> String
     }
     out.push_str(&text[last..]);
     out
-}
-
-pub(super) fn softmax(logits: &[f32]) -> Vec<f32> {
-    let mut p = logits.to_vec();
-    crate::cpu::kernels::softmax_row(&mut p);
-    p
-}
-
-/// Index of the largest value (the first of equals).
-pub(super) fn argmax(p: &[f32]) -> usize {
-    p.iter().enumerate().fold(0, |best, (i, x)| if *x > p[best] { i } else { best })
 }

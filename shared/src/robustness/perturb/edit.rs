@@ -47,16 +47,28 @@ pub enum EditKind {
 }
 
 /// A change to the clean text, by byte range; turned into an [`Edit`] by [`apply`].
-pub(super) struct Replacement {
-    pub(super) range: Range<usize>,
-    pub(super) after: String,
-    pub(super) word: usize,
-    pub(super) kind: EditKind,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Replacement {
+    pub(crate) range: Range<usize>,
+    pub(crate) after: String,
+    pub(crate) word: usize,
+    pub(crate) kind: EditKind,
+}
+
+impl Replacement {
+    /// Whether two replacements may be applied together: their ranges do not overlap, and
+    /// they do not insert at the same point (whose text would then come first is arbitrary).
+    pub(crate) fn compatible(&self, other: &Replacement) -> bool {
+        let (a, b) = (&self.range, &other.range);
+        let overlap = a.start < b.end && b.start < a.end;
+        let same_insertion = a.is_empty() && b.is_empty() && a.start == b.start;
+        !overlap && !same_insertion
+    }
 }
 
 /// Applies non-overlapping replacements (an overlap, possible only between the whitespace two
 /// deletions both claim, is given to the first).
-pub(super) fn apply(text: &str, mut replacements: Vec<Replacement>) -> Perturbation {
+pub(crate) fn apply(text: &str, mut replacements: Vec<Replacement>) -> Perturbation {
     replacements.sort_by_key(|r| (r.range.start, r.range.end));
     let mut out = String::with_capacity(text.len() + 64);
     let mut edits = Vec::with_capacity(replacements.len());

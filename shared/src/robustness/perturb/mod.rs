@@ -21,9 +21,13 @@ mod edit;
 mod sentence;
 mod substitution;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod typo;
 mod words;
+
+pub(crate) use edit::{apply, Replacement};
+pub(crate) use sentence::{checklist_replacements, clause_insertion};
+pub(crate) use substitution::deletion_range;
 
 pub use diff::{diff_words, DiffOp, DiffSpan};
 pub use edit::{Edit, EditKind, Perturbation};

@@ -56,12 +56,20 @@ fn clause_point(text: &str) -> usize {
 }
 
 fn insert_clause(text: &str, clause: &str, kind: EditKind) -> Perturbation {
+    match clause_insertion(text, clause, kind) {
+        Some(r) => apply(text, vec![r]),
+        None => unchanged(text),
+    }
+}
+
+/// `clause` inserted after the last word (see [`clause_point`]); `None` when `text` has no word.
+pub(crate) fn clause_insertion(text: &str, clause: &str, kind: EditKind) -> Option<Replacement> {
     if !has_word(text) {
-        return unchanged(text);
+        return None;
     }
     let at = clause_point(text);
     let word = word_spans(&text[..at]).len();
-    apply(text, vec![Replacement { range: at..at, after: clause.to_string(), word, kind }])
+    Some(Replacement { range: at..at, after: clause.to_string(), word, kind })
 }
 
 /// Appends one of StressTest's [`DISTRACTORS`] (`"it 's slow ."` -> `"it 's slow and true is
@@ -82,6 +90,15 @@ pub fn negation_contrast(text: &str, seed: u64) -> Perturbation {
 /// A CheckList rewrite of kind `kind`, or `None` when it does not apply (no word; no `is`,
 /// `was`, `are` or `were` for [`ChecklistKind::Tense`]).
 pub fn checklist(text: &str, kind: ChecklistKind, seed: u64) -> Option<Perturbation> {
+    checklist_replacements(text, kind, seed).map(|r| apply(text, r))
+}
+
+/// The replacements of [`checklist`], not yet applied.
+pub(crate) fn checklist_replacements(
+    text: &str,
+    kind: ChecklistKind,
+    seed: u64,
+) -> Option<Vec<Replacement>> {
     let mut rng = SplitMix64::new(seed);
     let spans = word_spans(text);
     let first = spans.iter().position(|s| !s.core.is_empty())?;
@@ -140,7 +157,7 @@ pub fn checklist(text: &str, kind: ChecklistKind, seed: u64) -> Option<Perturbat
             vec![Replacement { range: at..at, after: sentence, word: spans.len(), kind: edit_kind }]
         }
     };
-    Some(apply(text, replacements))
+    Some(replacements)
 }
 
 /// A CheckList-style rewrite (opinion prefix, tense swap or a named-entity sentence), drawn

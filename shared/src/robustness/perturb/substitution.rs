@@ -79,7 +79,7 @@ pub fn delete_word(text: &str, n: usize, seed: u64) -> Perturbation {
 
 /// The bytes that deleting word `i` removes: its core, or when the token is nothing but its
 /// core, the token and the whitespace before it (after it, for the first word).
-fn deletion_range(text: &str, spans: &[WordSpan], i: usize) -> Range<usize> {
+pub(crate) fn deletion_range(text: &str, spans: &[WordSpan], i: usize) -> Range<usize> {
     let s = &spans[i];
     if s.core != s.token {
         return s.core.clone();

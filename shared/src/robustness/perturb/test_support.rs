@@ -24,7 +24,7 @@ fn undo(p: &Perturbation) -> String {
     chars.into_iter().collect()
 }
 
-pub(super) fn check_edits(clean: &str, p: &Perturbation) {
+pub(crate) fn check_edits(clean: &str, p: &Perturbation) {
     let out: Vec<char> = p.text.chars().collect();
     let inp: Vec<char> = clean.chars().collect();
     for e in &p.edits {
@@ -34,7 +34,7 @@ pub(super) fn check_edits(clean: &str, p: &Perturbation) {
     assert_eq!(undo(p), clean);
 }
 
-pub(super) fn neighbours() -> WordNeighbours {
+pub(crate) fn neighbours() -> WordNeighbours {
     // Two tight clusters: {good, great, fine} and {bad, awful}, plus an unrelated word.
     let words = ["[PAD]", "good", "great", "fine", "bad", "awful", "table", "##s"];
     let rows: [[f32; 3]; 8] = [
