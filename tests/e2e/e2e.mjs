@@ -8,7 +8,9 @@
 // "webgpu" | "cpu"; #task; #text-a (#text-b for pairs); button[data-perturb=...];
 // #perturbed-text; #diff with <ins>/<del>; #t-slider (0..15) and #gamma; #results[data-key]
 // (new key per displayed result) and [data-busy]; [data-verdict="bert-clean"|...] with
-// data-probs; #drift-chart svg and #residual-chart svg.
+// data-probs; #drift-chart svg and #residual-chart svg; button[data-search="bert"|"im"],
+// #search-cancel and #search-status[data-state] "idle" | "running" | "found" | "not-found" |
+// "cancelled" | "error".
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -62,6 +64,19 @@ async function verdicts(page) {
     out[v] = p;
   }
   return out;
+}
+
+const argmax = (p) => p.indexOf(Math.max(...p));
+
+/** Waits until the flip search ends in one of `states` (or fails). */
+async function searchEnds(page, states) {
+  await page.waitForFunction(
+    (ok) => [...ok, 'error'].includes(document.querySelector('#search-status')?.dataset.state),
+    states,
+    { timeout: RESULT_TIMEOUT, polling: 100 },
+  );
+  const [state, message] = await page.$eval('#search-status', (s) => [s.dataset.state, s.textContent]);
+  assert.ok(states.includes(state), `the search ended as ${state}: ${message}`);
 }
 
 const svg = (page, id) => page.$eval(`#${id} svg`, (s) => s.outerHTML);
@@ -172,10 +187,47 @@ async function run(server, browser, backend) {
     log(backend, `${what}: BERT ${v['bert-clean'].map((x) => x.toFixed(3))}, IM ${v['im-clean'].map((x) => x.toFixed(3))}`);
   }
 
+  // The search for an edit that fools BERT finds one on the mixed review preset, loads it into
+  // the perturbed box with its diff, and the verdicts say whether IM-BERT flips on it too.
+  await page.selectOption('#preset', { label: 'hand-written: mixed' });
+  const mixed = await page.inputValue('#text-a');
+  assert.ok(mixed.includes('forgettable'), `the preset is in the box: ${mixed}`);
+  key = await nextResult(page, key);
+  const t1 = Date.now();
+  await page.click('button[data-search="bert"]');
+  await searchEnds(page, ['found', 'not-found']);
+  const [searchState, searchMessage] = await page.$eval('#search-status', (s) => [s.dataset.state, s.textContent]);
+  assert.equal(searchState, 'found', `no edit found that flips BERT: ${searchMessage}`);
+  key = await nextResult(page, key);
+  const edited = await page.inputValue('#perturbed-text');
+  assert.notEqual(edited, mixed, 'the edit found is in the perturbed box');
+  const changed = await page.$$eval('#diff ins, #diff del', (es) => es.length);
+  assert.ok(changed > 0, '#diff marks the edit found');
+  const v = await verdicts(page);
+  assert.notEqual(argmax(v['bert-clean']), argmax(v['bert-perturbed']), `the edit flips BERT: ${JSON.stringify(v)}`);
+  const imFlips = argmax(v['im-clean']) !== argmax(v['im-perturbed']);
+  log(backend, `search: ${searchMessage} in ${((Date.now() - t1) / 1000).toFixed(1)} s; "${edited}"; IM-BERT flips too: ${imFlips}`);
+  fs.mkdirSync(shots, { recursive: true });
+  await page.screenshot({ path: path.join(shots, `search-${backend}.png`), fullPage: true });
+
+  // A second search, on the praise preset (a long one: BERT holds its verdict there through
+  // every level or nearly), cancelled while it runs: the page answers the click between batches.
+  await page.selectOption('#preset', { label: 'hand-written: praise' });
+  key = await nextResult(page, key);
+  const boxBefore = await page.inputValue('#perturbed-text');
+  await page.click('button[data-search="bert"]');
+  await page.waitForFunction(() => document.querySelector('#search-status')?.dataset.state === 'running', null, {
+    timeout: RESULT_TIMEOUT,
+    polling: 50,
+  });
+  await page.click('#search-cancel');
+  await searchEnds(page, ['cancelled']);
+  assert.equal(await page.inputValue('#perturbed-text'), boxBefore, 'a cancelled search leaves the perturbed box alone');
+  log(backend, `second search: ${await page.$eval('#search-status', (s) => s.textContent)}`);
+
   await page.fill('#text-a', sentence);
   await page.click('button[data-perturb="typo"]');
   key = await nextResult(page, key);
-  fs.mkdirSync(shots, { recursive: true });
   const shot = path.join(shots, `demo-${backend === 'webgpu' ? 'webgpu' : 'cpu'}.png`);
   await page.screenshot({ path: shot, fullPage: true });
   log(backend, 'screenshot', path.relative(repo, shot));

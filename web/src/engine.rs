@@ -128,6 +128,32 @@ pub async fn analyse<B: Backend>(
     })
 }
 
+/// Class probabilities of each input, in one batch (what the flip search queries): no hidden
+/// states, one readback.
+pub async fn probabilities<B: Backend>(
+    model: &BertClassifier<B>,
+    tokenizer: &BertTokenizer,
+    items: &[Input],
+    max_len: usize,
+    device: &B::Device,
+    on_webgpu: bool,
+) -> Result<Vec<Vec<f32>>, String> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let refs: Vec<(&str, Option<&str>)> =
+        items.iter().map(|i| (i.text_a.as_str(), i.text_b.as_deref())).collect();
+    let batch = tokenizer.encode(&refs, model.max_len(max_len)).map_err(|e| e.to_string())?;
+    let options = ForwardOptions { decide_on_device: on_webgpu, ..Default::default() };
+    let logits = model
+        .forward(&batch.to_input::<B>(device), options)
+        .logits
+        .ok_or("this model has no classifier head")?;
+    let probs = read(activation::softmax(logits, 1)).await?;
+    let labels = probs.len() / items.len();
+    Ok(probs.chunks_exact(labels.max(1)).map(<[f32]>::to_vec).collect())
+}
+
 /// Per layer, the clean-vs-perturbed drift: [CLS] cosine distance and the L2 distance of the
 /// mean-pooled states. `hidden` is [layers, 2 (clean, perturbed), seq, hidden_size], flat.
 fn layer_drifts(

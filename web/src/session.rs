@@ -138,6 +138,28 @@ fn word_neighbours(bundle: &WebBundle) -> Result<WordNeighbours, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Class probabilities of `items` under `model` run with `spec`, one batch (not cached: the
+/// flip search never asks twice).
+pub async fn probabilities(
+    model: &LoadedModel,
+    spec: &ConnectionSpec,
+    items: &[Input],
+) -> Result<Vec<Vec<f32>>, String> {
+    let tokenizer = &model.tokenizer;
+    match &model.model {
+        AnyModel::Gpu(m) => {
+            let device = m.bert.embeddings.word_embeddings.weight.device();
+            let m = m.clone().with_connections(spec).map_err(|e| e.to_string())?;
+            engine::probabilities(&m, tokenizer, items, MAX_TOKENS, &device, true).await
+        }
+        AnyModel::Cpu(m) => {
+            let m = m.clone().with_connections(spec).map_err(|e| e.to_string())?;
+            engine::probabilities(&m, tokenizer, items, MAX_TOKENS, &Default::default(), false)
+                .await
+        }
+    }
+}
+
 /// The analysis of `model` run with `spec` on the pair, from the cache when computed before.
 pub async fn analyse(
     session: &Shared,

@@ -4,7 +4,7 @@
 //!   from them;
 //! - [`analysis`]: the analysis action, dispatched on every change of the request;
 //! - [`inputs`], [`results`], [`chart`]: the components; [`presets`] and [`ops`]: example
-//!   inputs and the perturbation buttons.
+//!   inputs and the perturbation buttons; [`search`]: the search for an edit that flips a model.
 //!
 //! The session starts as a local resource (backend, then the model index); the bundles download
 //! on the first analysis, with progress.
@@ -15,6 +15,7 @@ mod inputs;
 mod ops;
 mod presets;
 mod results;
+mod search;
 mod state;
 
 use std::cell::RefCell;
@@ -31,6 +32,7 @@ use inputs::{
     CleanText, ModelCards, PerturbButtons, PerturbedBox, PresetPicker, SolveControls, TaskPicker,
 };
 use results::ResultsPanel;
+use search::FlipSearchPanel;
 use state::{Demo, Started, Status};
 
 /// Where the site keeps its models (see `trainer export --web --site`).
@@ -66,6 +68,7 @@ pub fn App() -> impl IntoView {
                 <PresetPicker presets />
                 <CleanText />
                 <PerturbButtons />
+                <FlipSearchPanel />
                 <PerturbedBox perturbed />
                 <SolveControls />
                 <ModelCards />
