@@ -2,7 +2,8 @@
 // - the wasm module, raw and gzipped (fails above 8 MB gzipped);
 // - the weights: bytes on disk under dist/models/, and bytes the page actually fetched;
 // - first-verdict latency: navigation start to the first #results[data-key], on WebGPU
-//   (SwiftShader here) and on the CPU, each in a fresh browser profile (cold caches).
+//   (SwiftShader here) and on the CPU, each in a fresh browser profile (cold caches), and where
+//   the time went (the worker's start, the backend's set-up, each bundle's load phases).
 //
 //   node tests/e2e/bench.mjs [DIST_DIR]     (`make web-bench` builds first)
 import fs from 'node:fs';
@@ -52,6 +53,11 @@ for (const backend of (process.env.E2E_BACKENDS ?? 'webgpu,cpu').split(',')) {
   const browser = await launch();
   try {
     const page = await browser.newPage();
+    // The page logs where the time went before the first verdict (`timing: ...`, from the worker).
+    const timings = [];
+    page.on('console', (m) => {
+      if (m.text().startsWith('timing: ')) timings.push(m.text().slice('timing: '.length));
+    });
     server.resetCounts();
     // Timestamp the first displayed result from inside the page (performance.now() counts from
     // navigation start), so polling does not add to it.
@@ -82,6 +88,7 @@ for (const backend of (process.env.E2E_BACKENDS ?? 'webgpu,cpu').split(',')) {
     if (runtime !== backend) {
       console.log(`  (asked for ${backend}, got ${runtime})`);
     }
+    for (const t of timings) console.log(`  ${t}`);
   } catch (e) {
     failed = true;
     console.error(`${backend}: FAILED: ${e.message ?? e}`);

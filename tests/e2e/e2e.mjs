@@ -158,6 +158,14 @@ async function run(server, browser, backend) {
   for (const v of ['bert-clean', 'bert-perturbed']) {
     first[v].forEach((x, i) => assert.ok(Math.abs(x - second[v][i]) < 1e-4, `${v} does not depend on T`));
   }
+  // Beside the slider: each IM layer's steps that moved z (at most T) and whether its residual fell.
+  const tNow = t === 1 ? 12 : 1;
+  const solve = await page.$$eval('#solve-used li', (ls) => ls.map((l) => ({ text: l.textContent, steps: Number(l.dataset.steps), fell: l.dataset.fell })));
+  assert.ok(solve.length > 0, '#solve-used lists the IM layers');
+  for (const layer of solve) {
+    assert.ok(layer.steps <= tNow && /of \d+ steps/.test(layer.text), `a layer's solve line: ${JSON.stringify(layer)}`);
+  }
+  log(backend, `solve at T=${tNow}: ${solve.map((l) => l.text).join('; ')}`);
   log(backend, `T ${t} -> ${t === 1 ? 12 : 1}: IM probabilities changed: ${imChanged}, residual chart changed: ${residualAfter !== residualBefore}`);
 
   // Markup typed by the user is text, never HTML.
@@ -186,6 +194,46 @@ async function run(server, browser, backend) {
     const v = await verdicts(page);
     log(backend, `${what}: BERT ${v['bert-clean'].map((x) => x.toFixed(3))}, IM ${v['im-clean'].map((x) => x.toFixed(3))}`);
   }
+
+  // The page answers input while a verdict is computed: the models run in a Web Worker. On a long
+  // text not seen before (six forwards of 128 tokens: seconds on the CPU fallback), a timer on
+  // the page's thread must keep firing, and a key typed meanwhile must reach the box at once.
+  const long = 'a tender , moving and quietly funny story of two brothers . '.repeat(40);
+  await page.fill('#text-a', long);
+  await page.waitForFunction(() => document.querySelector('#results')?.dataset.busy === 'true', null, { timeout: 30_000, polling: 10 });
+  const lag = await page.evaluate(async () => {
+    const results = document.querySelector('#results');
+    const start = performance.now();
+    let last = start;
+    let worst = 0;
+    await new Promise((resolve) => {
+      const timer = setInterval(() => {
+        const now = performance.now();
+        worst = Math.max(worst, now - last);
+        last = now;
+        if (results.dataset.busy !== 'true' || now - start > 120_000) {
+          clearInterval(timer);
+          resolve();
+        }
+      }, 10);
+    });
+    return { worst, busy: last - start };
+  });
+  log(backend, `while a verdict computed for ${lag.busy.toFixed(0)} ms, the page's longest stall was ${lag.worst.toFixed(0)} ms`);
+  assert.ok(lag.worst < 250, `the page stalled ${lag.worst.toFixed(0)} ms while a verdict was computed`);
+  key = await nextResult(page, key);
+  const longer = `${long}a second story .`;
+  await page.fill('#text-a', longer);
+  await page.waitForFunction(() => document.querySelector('#results')?.dataset.busy === 'true', null, { timeout: 30_000, polling: 10 });
+  await page.focus('#text-a');
+  const typed = Date.now();
+  await page.keyboard.press('Control+End');
+  await page.keyboard.type('!');
+  const typingMs = Date.now() - typed;
+  assert.equal(await page.inputValue('#text-a'), `${longer}!`, 'the key typed during the verdict is in the box');
+  log(backend, `a key typed during a verdict reached the box in ${typingMs} ms`);
+  assert.ok(typingMs < 500, `typing waited ${typingMs} ms for the verdict`);
+  key = await nextResult(page, key);
 
   // The search for an edit that fools BERT finds one on the mixed review preset, loads it into
   // the perturbed box with its diff, and the verdicts say whether IM-BERT flips on it too.

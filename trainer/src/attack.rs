@@ -213,9 +213,7 @@ fn attack<B: Backend>(
     };
     print_report(&report);
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        shared::io::atomic::write_atomic(path, text.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
+        crate::run::write_json(path, &report)?;
     }
     Ok(())
 }

@@ -220,7 +220,10 @@ fn search_all<B: Backend>(
             None => (None, example.text_a.as_str()),
         };
         let start = Instant::now();
-        let search = FlipSearch::new(text, Some(&neighbours), config.clone())?;
+        // Words past the model's maximum length are never edited: it would not read the edit.
+        let item = context.map_or((text, None), |premise| (premise, Some(text)));
+        let visible = target.tokenizer.visible_len(item, target.model.max_len(args.max_len))?;
+        let search = FlipSearch::with_visible(text, visible, Some(&neighbours), config.clone())?;
         let outcome = search.run(|batch| target.score(context, batch, args))?;
         let mut compared = Vec::new();
         if let (FlipStatus::Flipped, Some(best)) = (outcome.status, &outcome.best) {
@@ -267,9 +270,7 @@ fn search_all<B: Backend>(
     };
     print_report(&report);
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        shared::io::atomic::write_atomic(path, text.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
+        crate::run::write_json(path, &report)?;
     }
     Ok(())
 }

@@ -3,12 +3,12 @@
 //! connection is preferred; otherwise another bundle of the task runs with the connection swapped
 //! in at inference, and the page says so (that model was not trained that way).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 pub use shared::io::bundle::IndexEntry;
 use shared::{Connection, ConnectionSpec, ImplicitEuler};
 
 /// `models/index.json`, written by `trainer export --web --site DIR`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelIndex {
     pub models: Vec<IndexEntry>,
 }

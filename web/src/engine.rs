@@ -5,10 +5,11 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{activation, Tensor};
+use serde::{Deserialize, Serialize};
 use shared::{BertClassifier, BertTokenizer, ForwardOptions};
 
 /// One model input: a sentence, or a sentence pair.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Input {
     pub text_a: String,
     pub text_b: Option<String>,
@@ -21,8 +22,9 @@ impl Input {
 }
 
 /// A model's answer on one input.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
+    #[serde(with = "crate::protocol::floats")]
     pub probs: Vec<f32>,
     /// Tokens the model saw, [CLS] and [SEP] included.
     pub tokens: usize,
@@ -39,22 +41,64 @@ impl Verdict {
 
 /// The squared residual `||z - h - phi(z)||^2` of one IM layer before each iteration and after
 /// the last (`T + 1` values), for both inputs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResidualTrace {
     pub layer: usize,
+    /// Iterations run: T, or fewer when a tolerance (`tol`) stopped both inputs first.
+    pub iterations: usize,
+    /// Per input (clean, perturbed), the iterations that moved `z`: backtracking keeps `z` where
+    /// no step size lowered the residual, and a tolerance stop keeps it from then on.
+    pub steps_taken: [usize; 2],
+    #[serde(with = "crate::protocol::floats")]
     pub clean: Vec<f32>,
+    #[serde(with = "crate::protocol::floats")]
     pub perturbed: Vec<f32>,
 }
 
+impl ResidualTrace {
+    /// Whether the squared residual ended below where it started, per input; `None` with no
+    /// iteration (T = 0) or a non-finite value.
+    pub fn fell(&self) -> [Option<bool>; 2] {
+        let fell = |r: &[f32]| match (r.first(), r.last()) {
+            (Some(a), Some(b)) if r.len() > 1 && a.is_finite() && b.is_finite() => Some(b < a),
+            _ => None,
+        };
+        [fell(&self.clean), fell(&self.perturbed)]
+    }
+
+    /// For the page, beside the T slider: e.g. `layer 2: 4 of 5 steps, ||r||² 3.1e-1 → 2.0e-3
+    /// (fell)`, for the clean input, then the perturbed one's steps when they differ.
+    pub fn summary(&self) -> String {
+        let [clean, perturbed] = self.steps_taken;
+        let steps = if clean == perturbed {
+            format!("{clean} of {} steps", self.iterations)
+        } else {
+            format!("{clean} of {} steps ({perturbed} perturbed)", self.iterations)
+        };
+        let trend = match self.fell()[0] {
+            Some(true) => "fell",
+            Some(false) => "did not fall",
+            None => "not measured",
+        };
+        let ends = match (self.clean.first(), self.clean.last()) {
+            (Some(a), Some(b)) if self.clean.len() > 1 => format!(" {a:.1e} → {b:.1e}"),
+            _ => String::new(),
+        };
+        format!("layer {}: {steps}, ||r||²{ends} ({trend})", self.layer)
+    }
+}
+
 /// Everything the page shows for one model on one (clean, perturbed) pair.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Analysis {
     pub clean: Verdict,
     pub perturbed: Verdict,
     /// Per layer, 0 = embeddings .. L: cosine distance between the clean and perturbed [CLS]
     /// vectors.
+    #[serde(with = "crate::protocol::floats")]
     pub cls_drift: Vec<f32>,
     /// Per layer: L2 distance between the mean real-token vectors of the two inputs.
+    #[serde(with = "crate::protocol::floats")]
     pub mean_drift: Vec<f32>,
     /// One trace per IM layer (empty for BERT and EX-BERT).
     pub residuals: Vec<ResidualTrace>,
@@ -97,13 +141,24 @@ pub async fn analyse<B: Backend>(
     // Three readbacks in all, however many layers: each one is a GPU round trip.
     let probs = read(activation::softmax(logits, 1)).await?;
     let hidden = read(Tensor::stack::<4>(out.hidden_states, 0)).await?; // [L+1, 2, seq, h]
-    let residual_layers: Vec<usize> = out.im_residuals.iter().map(|(layer, _)| *layer).collect();
-    let steps: Vec<usize> = out.im_residuals.iter().map(|(_, r)| r.len()).collect();
-    let residuals = if residual_layers.is_empty() {
+    let solves: Vec<Solve> = out
+        .im_residuals
+        .iter()
+        .zip(&out.im_solves)
+        .map(|((layer, r), s)| Solve {
+            layer: *layer,
+            residuals: r.len(),
+            iterations: s.iterations,
+            step_sizes: s.step_sizes.len(),
+        })
+        .collect();
+    let solve_values = if solves.is_empty() {
         Vec::new()
     } else {
-        let flat: Vec<Tensor<B, 1>> = out.im_residuals.into_iter().flat_map(|(_, r)| r).collect();
-        read(Tensor::cat(flat, 0)).await? // per layer, per iteration: [clean, perturbed]
+        // Per layer, per iteration: [clean, perturbed]; the residuals, then the step sizes.
+        let residuals = out.im_residuals.into_iter().flat_map(|(_, r)| r);
+        let step_sizes = out.im_solves.into_iter().flat_map(|s| s.step_sizes);
+        read(Tensor::cat(residuals.chain(step_sizes).collect(), 0)).await?
     };
 
     let labels = probs.len() / 2;
@@ -118,7 +173,7 @@ pub async fn analyse<B: Backend>(
     let lengths = [batch.length(0), batch.length(1)];
     let (cls_drift, mean_drift) =
         layer_drifts(&hidden, batch.seq, model.config.hidden_size, lengths);
-    let traces = residual_traces(residual_layers, steps, &residuals);
+    let traces = residual_traces(&solves, &solve_values);
     Ok(Analysis {
         clean: verdict(0),
         perturbed: verdict(1),
@@ -184,21 +239,40 @@ fn layer_drifts(
     (cls_drift, mean_drift)
 }
 
-/// Splits the residuals read back in one piece (per layer, per iteration: [clean, perturbed])
-/// into one trace per IM layer.
-fn residual_traces(layers: Vec<usize>, steps: Vec<usize>, residuals: &[f32]) -> Vec<ResidualTrace> {
-    let mut traces = Vec::with_capacity(layers.len());
-    let mut at = 0;
-    for (layer, n) in layers.into_iter().zip(steps) {
-        let values = &residuals[at..at + 2 * n];
-        at += 2 * n;
-        traces.push(ResidualTrace {
-            layer,
-            clean: values.iter().step_by(2).copied().collect(),
-            perturbed: values.iter().skip(1).step_by(2).copied().collect(),
-        });
-    }
-    traces
+/// What one IM layer's solve recorded: how many residuals (T + 1) and step sizes (one per
+/// iteration run), each a `[2]` tensor for (clean, perturbed).
+struct Solve {
+    layer: usize,
+    residuals: usize,
+    iterations: usize,
+    step_sizes: usize,
+}
+
+/// Splits the values read back in one piece (every layer's residuals, per iteration
+/// `[clean, perturbed]`, then every layer's step sizes, likewise) into one trace per IM layer.
+fn residual_traces(solves: &[Solve], values: &[f32]) -> Vec<ResidualTrace> {
+    let total_residuals: usize = solves.iter().map(|s| 2 * s.residuals).sum();
+    let (mut residuals, mut step_sizes) = values.split_at(total_residuals.min(values.len()));
+    let take = |from: &mut &[f32], n: usize| {
+        let (head, rest) = from.split_at((2 * n).min(from.len()));
+        *from = rest;
+        head.to_vec()
+    };
+    solves
+        .iter()
+        .map(|solve| {
+            let r = take(&mut residuals, solve.residuals);
+            let steps = take(&mut step_sizes, solve.step_sizes);
+            let moved = |i: usize| steps.iter().skip(i).step_by(2).filter(|&&g| g > 0.0).count();
+            ResidualTrace {
+                layer: solve.layer,
+                iterations: solve.iterations,
+                steps_taken: [moved(0), moved(1)],
+                clean: r.iter().step_by(2).copied().collect(),
+                perturbed: r.iter().skip(1).step_by(2).copied().collect(),
+            }
+        })
+        .collect()
 }
 
 fn items_token_count(
@@ -248,12 +322,41 @@ mod tests {
 
     #[test]
     fn residual_traces_split_the_flat_readback_per_layer() {
-        let flat = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
-        let traces = residual_traces(vec![1, 4], vec![2, 3], &flat);
+        // Layer 1: T = 1 (2 residuals, 1 step); layer 4: T = 2 (3 residuals, 2 steps).
+        let solves = [
+            Solve { layer: 1, residuals: 2, iterations: 1, step_sizes: 1 },
+            Solve { layer: 4, residuals: 3, iterations: 2, step_sizes: 2 },
+        ];
+        let residuals = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
+        // Step sizes: layer 1 moved both inputs; layer 4 kept the perturbed one's z once.
+        let steps = [0.1, 0.1, 0.05, 0.1, 0.1, 0.0];
+        let flat: Vec<f32> = residuals.into_iter().chain(steps).collect();
+        let traces = residual_traces(&solves, &flat);
         assert_eq!(traces.len(), 2);
         assert_eq!((traces[0].layer, &traces[0].clean[..]), (1, &[1.0, 3.0][..]));
         assert_eq!(traces[0].perturbed, [2.0, 4.0]);
+        assert_eq!((traces[0].iterations, traces[0].steps_taken), (1, [1, 1]));
         assert_eq!((traces[1].layer, &traces[1].clean[..]), (4, &[5.0, 7.0, 9.0][..]));
         assert_eq!(traces[1].perturbed, [6.0, 8.0, 10.0]);
+        assert_eq!((traces[1].iterations, traces[1].steps_taken), (2, [2, 1]));
+    }
+
+    #[test]
+    fn a_solve_summary_says_steps_taken_and_whether_the_residual_fell() {
+        let trace = ResidualTrace {
+            layer: 2,
+            iterations: 5,
+            steps_taken: [4, 5],
+            clean: vec![0.31, 0.1, 0.05, 0.01, 0.004, 0.002],
+            perturbed: vec![0.3, 0.4, 0.5, 0.6, 0.7, 0.8],
+        };
+        assert_eq!(trace.fell(), [Some(true), Some(false)]);
+        assert_eq!(
+            trace.summary(),
+            "layer 2: 4 of 5 steps (5 perturbed), ||r||² 3.1e-1 → 2.0e-3 (fell)"
+        );
+        let idle = ResidualTrace { iterations: 0, steps_taken: [0, 0], clean: vec![1.0], ..trace };
+        assert_eq!(idle.fell()[0], None);
+        assert_eq!(idle.summary(), "layer 2: 0 of 0 steps, ||r||² (not measured)");
     }
 }

@@ -17,8 +17,7 @@ fn js_error(context: &str, e: JsValue) -> String {
 }
 
 async fn fetch_raw(url: &str) -> Result<Response, String> {
-    let window = web_sys::window().ok_or("no window")?;
-    JsFuture::from(window.fetch_with_str(url))
+    crate::js::fetch(url)
         .await
         .map_err(|e| js_error(&format!("fetching {url}"), e))?
         .dyn_into()
@@ -50,8 +49,7 @@ pub async fn fetch_text(url: &str, optional: bool) -> Result<Option<String>, Str
 
 async fn open_cache() -> Option<Cache> {
     // The Cache API exists only in secure contexts (https, localhost); without it we just fetch.
-    let window = web_sys::window()?;
-    let caches = window.caches().ok()?;
+    let caches = crate::js::caches()?;
     JsFuture::from(caches.open(CACHE_NAME)).await.ok()?.dyn_into().ok()
 }
 

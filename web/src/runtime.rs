@@ -13,7 +13,7 @@ use burn::backend::wgpu::WgpuDevice;
 /// The model's backend on WebGPU.
 #[cfg(target_arch = "wasm32")]
 pub type Gpu = burn::backend::Wgpu<f32, i32>;
-/// The model's backend on the CPU (single-threaded, no SIMD in the browser).
+/// The model's backend on the CPU (single-threaded; wasm SIMD128 in the browser).
 pub type Cpu = burn::backend::NdArray<f32>;
 
 /// Where the model runs.

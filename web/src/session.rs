@@ -14,8 +14,8 @@ use shared::{BertClassifier, BertTokenizer, ConnectionSpec};
 
 use crate::catalog::{IndexEntry, ModelIndex};
 use crate::engine::{self, Analysis, Input};
-use crate::loader;
 use crate::runtime::{Cpu, Gpu, Runtime};
+use crate::{js, loader};
 
 /// The longest input the demo runs; longer text is cut, and the page says so.
 pub const MAX_TOKENS: usize = 128;
@@ -32,6 +32,20 @@ pub struct LoadedModel {
     pub card: ModelCard,
     pub tokenizer: Rc<BertTokenizer>,
     model: AnyModel,
+    /// Where the load's time went, in ms: download, decode (parse and dequantize), the synonym
+    /// index (first bundle of a task only), to the device.
+    pub timings: Vec<(&'static str, f64)>,
+}
+
+impl LoadedModel {
+    /// Class names: the index's, else the model card's.
+    pub fn labels(&self) -> Vec<String> {
+        if self.entry.labels.is_empty() {
+            self.card.labels.clone()
+        } else {
+            self.entry.labels.clone()
+        }
+    }
 }
 
 pub struct Session {
@@ -87,20 +101,30 @@ pub async fn load(
         let url = format!("{url}{name}");
         async move { loader::fetch_text(&url, false).await?.ok_or(format!("{url} is empty")) }
     };
+    let mut timings = Vec::new();
+    let mut clock = js::now_ms();
+    let mut lap = |what: &'static str| {
+        let now = js::now_ms();
+        timings.push((what, now - clock));
+        clock = now;
+    };
     let config = text("config.json").await?;
     let tokenizer = text("tokenizer.json").await?;
     let card = text("imbert.json").await?;
     let (weights, _cached) =
         loader::fetch_bytes(&format!("{url}{WEB_WEIGHTS_FILE}"), entry.bytes, progress).await?;
+    lap("download");
     let bundle =
         WebBundle::from_bytes(config.as_bytes(), tokenizer.as_bytes(), &weights, card.as_bytes())
             .map_err(|e| format!("model {}: {e}", entry.id))?;
     drop(weights);
+    lap("decode");
     let neighbours = if session.borrow().neighbours.contains_key(&entry.task) {
         None
     } else {
         Some(word_neighbours(&bundle)?)
     };
+    lap("synonym index");
     let model_on_device = match &runtime {
         Runtime::WebGpu(device) => {
             AnyModel::Gpu(Box::new(bundle.classifier::<Gpu>(device).map_err(|e| e.to_string())?))
@@ -109,6 +133,7 @@ pub async fn load(
             bundle.classifier::<Cpu>(&Default::default()).map_err(|e| e.to_string())?,
         )),
     };
+    lap("to the device");
     // The host copy of the weights goes here; the tokenizer and card move out of it.
     let WebBundle { tokenizer, card, .. } = bundle;
     let loaded = Rc::new(LoadedModel {
@@ -116,6 +141,7 @@ pub async fn load(
         card,
         tokenizer: Rc::new(tokenizer),
         model: model_on_device,
+        timings,
     });
     let mut s = session.borrow_mut();
     if let Some(n) = neighbours {

@@ -236,14 +236,7 @@ impl BertTokenizer {
         if max_len < 4 {
             return Err(Error::Input(format!("max_len {max_len} leaves no room for text")));
         }
-        let mut tok = self.inner.clone();
-        tok.with_truncation(Some(TruncationParams {
-            direction: TruncationDirection::Right,
-            max_length: max_len,
-            strategy: TruncationStrategy::LongestFirst,
-            stride: 0,
-        }))
-        .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let mut tok = self.truncating(max_len)?;
         tok.with_padding(Some(PaddingParams {
             strategy: PaddingStrategy::BatchLongest,
             direction: PaddingDirection::Right,
@@ -277,6 +270,43 @@ impl BertTokenizer {
             out.tokens.push(e.get_tokens().to_vec());
         }
         Ok(out)
+    }
+
+    /// The tokenizer, truncating longest-first to `max_len` tokens.
+    fn truncating(&self, max_len: usize) -> Result<Tokenizer, Error> {
+        let mut tok = self.inner.clone();
+        tok.with_truncation(Some(TruncationParams {
+            direction: TruncationDirection::Right,
+            max_length: max_len,
+            strategy: TruncationStrategy::LongestFirst,
+            stride: 0,
+        }))
+        .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(tok)
+    }
+
+    /// How many bytes of an item's last text (the hypothesis of a pair, else the sentence) the
+    /// model reads at `max_len` tokens: the end of its last token that survives truncation, or
+    /// its whole length when nothing is cut.
+    pub fn visible_len(&self, item: (&str, Option<&str>), max_len: usize) -> Result<usize, Error> {
+        let last = item.1.map_or(1, |_| 2);
+        let text = item.1.unwrap_or(item.0);
+        let full = self.encode(&[item], usize::MAX / 2)?;
+        if full.length(0) <= max_len {
+            return Ok(text.len());
+        }
+        let tok = self.truncating(max_len)?;
+        let input = match item.1 {
+            Some(b) => EncodeInput::from((item.0.to_string(), b.to_string())),
+            None => EncodeInput::from(item.0.to_string()),
+        };
+        let encoding = tok.encode(input, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let end = (0..encoding.len())
+            .filter(|&i| encoding.get_sequence_ids()[i] == Some(last - 1))
+            .map(|i| encoding.get_offsets()[i].1)
+            .max()
+            .unwrap_or(0);
+        Ok(end.min(text.len()))
     }
 }
 
@@ -355,6 +385,21 @@ mod tests {
         let tok = BertTokenizer::from_dir(&dir).unwrap();
         let batch = tok.encode(&[("the cat the cat the cat", Some("mat"))], 7).unwrap();
         assert_eq!(batch.tokens[0], ["[CLS]", "the", "cat", "the", "[SEP]", "mat", "[SEP]"]);
+    }
+
+    #[test]
+    fn visible_len_is_where_truncation_cuts_the_edited_text() {
+        let dir = tiny_vocab();
+        let tok = BertTokenizer::from_dir(&dir).unwrap();
+        // [CLS] the cat the [SEP]: "the cat the" of "the cat the mat".
+        assert_eq!(tok.visible_len(("the cat the mat", None), 5).unwrap(), "the cat the".len());
+        assert_eq!(tok.visible_len(("the cat", None), 5).unwrap(), "the cat".len());
+        // A pair: the hypothesis is measured, and longest-first cuts the premise first.
+        let pair = ("the cat the cat the cat", Some("mat the cat"));
+        assert_eq!(tok.visible_len(pair, 9).unwrap(), "mat the cat".len(), "premise cut to 3");
+        // Two words left in all: one each.
+        assert_eq!(tok.visible_len(pair, 5).unwrap(), "mat".len());
+        assert_eq!(tok.visible_len(pair, 64).unwrap(), "mat the cat".len());
     }
 
     #[test]

@@ -104,6 +104,25 @@ impl WordNeighbours {
         Self::with_word_marker(&weight.data, hidden, &vocab, tokenizer.word_marker())
     }
 
+    /// The index as plain data (words, `[words, hidden]` unit rows, hidden size), to rebuild it
+    /// elsewhere with [`Self::from_parts`] (the web demo sends it from its worker to the page).
+    pub fn parts(&self) -> (&[String], &[f32], usize) {
+        (&self.words, &self.rows, self.hidden)
+    }
+
+    /// The index from [`Self::parts`].
+    pub fn from_parts(words: Vec<String>, rows: Vec<f32>, hidden: usize) -> Result<Self, Error> {
+        if hidden == 0 || rows.len() != words.len() * hidden {
+            return Err(Error::Input(format!(
+                "{} rows of {hidden} values do not hold {} words",
+                rows.len() / hidden.max(1),
+                words.len()
+            )));
+        }
+        let lookup = words.iter().enumerate().map(|(i, w)| (w.clone(), i)).collect();
+        Ok(Self { words, lookup, rows, hidden })
+    }
+
     /// Number of whole words in the index.
     pub fn len(&self) -> usize {
         self.words.len()
@@ -181,6 +200,13 @@ mod tests {
         assert_eq!(index.neighbours("GREAT", 1)[0].0, "good");
         assert!(index.neighbours("unknown", 3).is_empty());
         assert!(index.neighbours("good", 0).is_empty());
+
+        // Rebuilt from its parts (the web page gets it that way), it answers the same.
+        let (words, rows, hidden) = index.parts();
+        let copy = WordNeighbours::from_parts(words.to_vec(), rows.to_vec(), hidden).unwrap();
+        assert_eq!(copy.neighbours("good", 10), n);
+        assert_eq!(copy.neighbours("GREAT", 1)[0].0, "good");
+        assert!(WordNeighbours::from_parts(words.to_vec(), rows[1..].to_vec(), hidden).is_err());
     }
 
     #[test]

@@ -1,17 +1,18 @@
 //! Running the three parts on a request, as a leptos action: each change of the request
-//! dispatches one; it waits a moment first, so typing does not queue a computation per key, and
-//! gives up at the next model boundary once a newer request exists. Cached parts (the session
-//! keeps every analysis) return at once, so moving the T slider re-runs IM-BERT only.
+//! dispatches one; it waits a moment first, so typing does not queue a computation per key. The
+//! worker runs it, and answers `Superseded` at the next model boundary once a newer request
+//! reached it. Cached parts (the worker keeps every analysis) return at once, so moving the T
+//! slider re-runs IM-BERT only.
 
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use wasm_bindgen_futures::JsFuture;
 
 use super::state::{Demo, Request};
 use crate::catalog::{self, Assignment};
 use crate::engine::Analysis;
-use crate::session;
+use crate::js;
+use crate::protocol::{FromWorker, Part, ToWorker};
 
 /// How long the inputs must stay still before a computation starts.
 const SETTLE_MS: i32 = 200;
@@ -85,45 +86,41 @@ impl Analyses {
     }
 }
 
-/// Loads each part's bundle and analyses the pair with it; `Ok(None)` once `current` says the
-/// request is no longer the page's.
+/// Asks the worker to analyse the pair with each part (it downloads the bundles it lacks);
+/// `Ok(None)` once `current` says the request is no longer the page's, or the worker answered
+/// that a newer one superseded it.
 async fn run(
     demo: Demo,
     wanted: &Request,
     current: impl Fn(&Request) -> bool,
 ) -> Result<Option<Results>, String> {
-    sleep(SETTLE_MS).await;
-    let Some(session) = demo.session_untracked() else { return Ok(None) };
+    js::sleep(SETTLE_MS).await;
+    let Some(started) = demo.session_untracked() else { return Ok(None) };
     if !current(wanted) {
         return Ok(None);
     }
-    let start = now_ms();
-    let mut parts = Vec::new();
-    let mut labels = Vec::new();
-    for part in &wanted.roles {
-        let fresh = session.borrow().loaded(part.model).is_none();
-        let model =
-            session::load(&session, part.model, |got, total| demo.download.set((got, total)))
-                .await?;
-        if fresh {
-            demo.loaded_models.update(|n| *n += 1);
-        }
-        if !current(wanted) {
-            return Ok(None);
-        }
-        labels = if model.entry.labels.is_empty() {
-            model.card.labels.clone()
-        } else {
-            model.entry.labels.clone()
-        };
-        let spec = catalog::with_iterations(&part.spec, wanted.t, wanted.gamma);
-        let analysis =
-            session::analyse(&session, &model, &spec, &wanted.clean, &wanted.perturbed).await?;
-        parts.push((Assignment { spec, ..part.clone() }, analysis));
-    }
+    let assignments: Vec<Assignment> = wanted
+        .roles
+        .iter()
+        .map(|a| Assignment {
+            spec: catalog::with_iterations(&a.spec, wanted.t, wanted.gamma),
+            ..a.clone()
+        })
+        .collect();
+    let parts = assignments.iter().map(|a| Part { model: a.model, spec: a.spec.clone() }).collect();
+    let id = started.inference.new_id();
+    let (clean, perturbed) = (wanted.clean.clone(), wanted.perturbed.clone());
+    let request = ToWorker::Analyse { id, parts, clean, perturbed };
+    let (analyses, labels, millis) = match started.inference.request(request).await {
+        FromWorker::Analysed { parts, labels, millis, .. } => (parts, labels, millis),
+        FromWorker::Superseded { .. } => return Ok(None),
+        FromWorker::Failed { error, .. } => return Err(error),
+        other => return Err(format!("the worker answered an analysis with {other:?}")),
+    };
     if !current(wanted) {
         return Ok(None);
     }
+    let parts = assignments.into_iter().zip(analyses.into_iter().map(Arc::new)).collect();
     let key = format!(
         "{}|{}|{}|{}",
         wanted.t,
@@ -131,24 +128,10 @@ async fn run(
         fnv1a(&format!("{:?}", wanted.clean)),
         fnv1a(&format!("{:?}", wanted.perturbed))
     );
-    Ok(Some(Results { key, parts, labels, millis: now_ms() - start }))
+    Ok(Some(Results { key, parts, labels, millis }))
 }
 
 /// FNV-1a: a short, stable key for the DOM.
 fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
-}
-
-/// Yields to the browser for `ms`: lets the page paint before the CPU fallback blocks the thread.
-pub async fn sleep(ms: i32) {
-    let promise = js_sys::Promise::new(&mut |resolve, _| {
-        if let Some(w) = web_sys::window() {
-            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
-        }
-    });
-    let _ = JsFuture::from(promise).await;
-}
-
-fn now_ms() -> f64 {
-    web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
 }

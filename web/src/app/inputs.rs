@@ -1,13 +1,17 @@
 //! The left column: task and preset, the clean texts, the perturbation buttons, the perturbed
 //! text with its word diff, the solve's T and gamma, and which bundle plays each part.
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 use shared::data::Task;
 use shared::robustness::perturb::{self, DiffOp};
 
+use super::analysis::Results;
 use super::ops::{Level, Op};
 use super::presets::{self, Preset};
 use super::state::{Demo, Perturbed, PerturbedText};
+use crate::catalog::Role;
 
 /// Presets, hand-written first, then AdvGLUE's once they arrive.
 pub type Presets = Signal<Vec<Preset>>;
@@ -167,9 +171,18 @@ pub fn PerturbedBox(perturbed: Memo<PerturbedText>) -> impl IntoView {
 }
 
 /// IM-BERT's solve: iterations T and step size gamma.
+/// T and gamma, and beside them how IM-BERT's solve went on the results shown: per IM layer, the
+/// steps that moved `z` and whether the residual fell (`#solve-used`).
 #[component]
-pub fn SolveControls() -> impl IntoView {
+pub fn SolveControls(shown: Memo<Option<Arc<Results>>>) -> impl IntoView {
     let demo = expect_context::<Demo>();
+    let used = move || {
+        shown.with(|r| {
+            let Some(results) = r else { return Vec::new() };
+            let im = results.parts.iter().find(|(a, _)| a.role == Role::Im);
+            im.map(|(_, analysis)| analysis.residuals.clone()).unwrap_or_default()
+        })
+    };
     let set_gamma = move |ev: leptos::ev::Event| match event_target_value(&ev).trim().parse::<f64>()
     {
         // Out-of-range or non-numeric input is ignored.
@@ -195,6 +208,16 @@ pub fn SolveControls() -> impl IntoView {
             <span class="muted">
                 "T = 0 keeps only the explicit start z" <sub>"0"</sub> " = h + φ(h)."
             </span>
+            <ul id="solve-used" class="muted">
+                {move || used().into_iter().map(|trace| {
+                    let fell = trace.fell()[0].map_or("", |f| if f { "true" } else { "false" });
+                    view! {
+                        <li data-layer=trace.layer data-steps=trace.steps_taken[0] data-fell=fell>
+                            {format!("IM-BERT {}", trace.summary())}
+                        </li>
+                    }
+                }).collect_view()}
+            </ul>
         </div>
     }
 }
@@ -205,7 +228,6 @@ pub fn ModelCards() -> impl IntoView {
     let demo = expect_context::<Demo>();
     let cards = move || {
         let (Some(session), Ok(roles)) = (demo.session(), demo.roles()) else { return Vec::new() };
-        let session = session.borrow();
         roles
             .iter()
             .map(|a| {

@@ -6,8 +6,9 @@
 //! - [`inputs`], [`results`], [`chart`]: the components; [`presets`] and [`ops`]: example
 //!   inputs and the perturbation buttons; [`search`]: the search for an edit that flips a model.
 //!
-//! The session starts as a local resource (backend, then the model index); the bundles download
-//! on the first analysis, with progress.
+//! The page starts as a local resource (the model index, then the inference worker, which picks
+//! the backend); the bundles download in the worker on the first analysis, with progress. Every
+//! model call runs in the worker ([`crate::client`]), so the page answers input meanwhile.
 
 mod analysis;
 mod chart;
@@ -19,14 +20,16 @@ mod search;
 mod state;
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use leptos::prelude::*;
 use shared::data::Task;
 
 use crate::catalog::{self, ModelIndex};
-use crate::session::Session;
-use crate::{loader, runtime};
+use crate::client::{Event, Inference};
+use crate::loader;
+use crate::protocol::{FromWorker, ToWorker};
 use analysis::Analyses;
 use inputs::{
     CleanText, ModelCards, PerturbButtons, PerturbedBox, PresetPicker, SolveControls, TaskPicker,
@@ -42,7 +45,10 @@ const PRESETS: &str = "data/dev_ann.json";
 
 #[component]
 pub fn App() -> impl IntoView {
-    let demo = Demo::new(LocalResource::new(start));
+    let download = RwSignal::new((0, 0));
+    let loaded_models = RwSignal::new(0);
+    let started = LocalResource::new(move || start(download, loaded_models));
+    let demo = Demo::new(started, download, loaded_models);
     provide_context(demo);
     let advglue = LocalResource::new(|| async {
         match loader::fetch_text(PRESETS, true).await {
@@ -70,7 +76,7 @@ pub fn App() -> impl IntoView {
                 <PerturbButtons />
                 <FlipSearchPanel />
                 <PerturbedBox perturbed />
-                <SolveControls />
+                <SolveControls shown=analyses.shown />
                 <ModelCards />
             </section>
             <ResultsPanel analyses />
@@ -83,13 +89,14 @@ pub fn App() -> impl IntoView {
     }
 }
 
-/// Picks the backend and reads the model index.
-async fn start() -> Result<Started, String> {
+/// Reads the model index and starts the inference worker, which picks the backend. The worker's
+/// events update `download` and, once a bundle is loaded, `loaded_models` (the synonym index
+/// arrives with a task's first bundle).
+async fn start(
+    download: RwSignal<(u64, u64)>,
+    loaded_models: RwSignal<usize>,
+) -> Result<Started, String> {
     let force_cpu = query_param("backend").as_deref() == Some("cpu");
-    let (runtime, reason) = runtime::select(force_cpu).await;
-    if let Some(reason) = reason {
-        leptos::logging::log!("CPU fallback: {reason}");
-    }
     let index_json = loader::fetch_text(&format!("{MODELS}index.json"), true).await?.ok_or(
         "no models/index.json: export a model with `trainer export --web --site dist/models` \
          (see README)",
@@ -100,8 +107,31 @@ async fn start() -> Result<Started, String> {
     if tasks.is_empty() {
         return Err(format!("{MODELS}index.json lists no models of a known task"));
     }
-    let session = Rc::new(RefCell::new(Session::new(runtime, index, MODELS.into())));
-    Ok(Started { session, tasks })
+    let neighbours = Rc::new(RefCell::new(HashMap::new()));
+    let received = neighbours.clone();
+    let inference = Inference::spawn(move |event| match event {
+        Event::Download { got, total } => download.set((got, total)),
+        Event::Loaded { .. } => loaded_models.update(|n| *n += 1),
+        Event::Neighbours { task, index } => {
+            received.borrow_mut().insert(task, Rc::new(index));
+            loaded_models.update(|n| *n += 1);
+        }
+    })
+    .await?;
+    let id = inference.new_id();
+    let base = MODELS.to_string();
+    let request = ToWorker::Start { id, force_cpu, base, index: index.clone() };
+    let runtime = match inference.request(request).await {
+        FromWorker::Started { runtime, label, fallback, .. } => {
+            if let Some(reason) = fallback {
+                leptos::logging::log!("CPU fallback: {reason}");
+            }
+            (runtime, label)
+        }
+        FromWorker::Failed { error, .. } => return Err(error),
+        other => return Err(format!("the worker answered the start with {other:?}")),
+    };
+    Ok(Started { inference, index: Rc::new(index), runtime, tasks, neighbours })
 }
 
 /// Where the page stands: starting, failed (the first error wins), waiting for the first
@@ -126,8 +156,8 @@ fn status(demo: Demo, analyses: Analyses) -> Status {
 #[component]
 fn Header(status: Signal<Status>) -> impl IntoView {
     let demo = expect_context::<Demo>();
-    let runtime = move |pick: fn(&runtime::Runtime) -> &'static str| {
-        demo.session().map_or("…", |s| pick(&s.borrow().runtime))
+    let runtime = move |pick: fn(&(String, String)) -> &String| {
+        demo.session().map_or("…".to_string(), |s| pick(&s.runtime).clone())
     };
     let download = move || {
         let (got, total) = demo.download.get();
@@ -147,8 +177,8 @@ fn Header(status: Signal<Status>) -> impl IntoView {
                 "Perturb a sentence and see which models hold their verdict."
             </p>
             <div class="status-line">
-                <span id="runtime" data-runtime=move || runtime(|r| r.id())>
-                    "backend: " {move || runtime(|r| r.label())}
+                <span id="runtime" data-runtime=move || runtime(|r| &r.0)>
+                    "backend: " {move || runtime(|r| &r.1)}
                 </span>
                 <span id="status" data-state=move || status.get().key()>
                     {move || status.get().message()}

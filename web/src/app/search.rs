@@ -1,21 +1,17 @@
 //! "Find an edit that fools BERT" (or IM-BERT): `shared::robustness::flip_search` against one
-//! part's model, batch by batch, yielding to the browser between batches so that the page keeps
-//! answering and Cancel (or a newer search) stops it at the next batch. The edit found goes into
-//! the perturbed box, where the analysis shows whether the other parts flip on it too.
+//! part's model, run in the inference worker batch by batch; progress comes back after each
+//! batch, and Cancel stops it at the next one. The edit found goes into the perturbed box, where
+//! the analysis shows whether the other parts flip on it too.
 
 use leptos::prelude::*;
-use shared::robustness::flip_search::{
-    FlipOutcome, FlipProgress, FlipSearch, FlipSearchConfig, FlipStatus,
-};
+use shared::robustness::flip_search::{FlipOutcome, FlipProgress, FlipSearchConfig, FlipStatus};
 
-use super::analysis::sleep;
 use super::state::{Demo, Perturbed};
 use crate::catalog::{self, Role};
-use crate::engine::Input;
-use crate::session;
+use crate::protocol::{FromWorker, Part, ToWorker};
 
 /// The search's budget in the browser: each query is a forward pass on the visitor's machine.
-/// Small batches: the page answers input only between two (inference is on the page's thread).
+/// Small batches: an analysis the visitor asks for meanwhile runs between two.
 fn config() -> FlipSearchConfig {
     FlipSearchConfig { max_queries: 300, batch_size: 4, ..Default::default() }
 }
@@ -84,26 +80,33 @@ impl SearchState {
 pub fn FlipSearchPanel() -> impl IntoView {
     let demo = expect_context::<Demo>();
     let state = RwSignal::new(SearchState::Idle);
-    // Each search and each cancel takes a new generation: a search stops at its next batch once
-    // it is not the latest. Only the latest search started reports, even when cancelled.
-    let generation = StoredValue::new(0u64);
-    let latest = StoredValue::new(0u64);
+    // The worker's id of the latest search: only it reports, even when cancelled.
+    let latest = StoredValue::new(None::<u64>);
     let start = move |role: Role| {
-        let id = generation.get_value() + 1;
-        generation.set_value(id);
-        latest.set_value(id);
+        let Some(started) = demo.session_untracked() else { return };
+        let id = started.inference.new_id();
+        latest.set_value(Some(id));
         // Running at once, so that Cancel is live before the first batch.
         let max_queries = config().max_queries;
         let progress = FlipProgress { queries: 0, max_queries, edits: 0, lowest_probability: None };
         state.set(SearchState::Running { role, progress });
+        started.inference.watch_search(id, move |progress| {
+            if latest.get_value() == Some(id) {
+                state.set(SearchState::Running { role, progress });
+            }
+        });
         leptos::task::spawn_local(async move {
-            let result = search(demo, role, state, move || generation.get_value() == id).await;
-            if latest.get_value() == id {
+            let result = search(demo, id, role).await;
+            if latest.get_value() == Some(id) {
                 state.set(result.unwrap_or_else(SearchState::Failed));
             }
         });
     };
-    let cancel = move |_| generation.update_value(|g| *g += 1);
+    let cancel = move |_| {
+        if let (Some(started), Some(id)) = (demo.session_untracked(), latest.get_value()) {
+            started.inference.send(&ToWorker::Cancel { id });
+        }
+    };
     let running = move || matches!(state.get(), SearchState::Running { .. });
     let ready = move || demo.roles().is_ok_and(|r| !r.is_empty());
     view! {
@@ -120,48 +123,29 @@ pub fn FlipSearchPanel() -> impl IntoView {
     }
 }
 
-/// Runs one search against `role`'s model with the page's T and gamma; loads the edit found
-/// (or the closest) into the perturbed box.
-async fn search(
-    demo: Demo,
-    role: Role,
-    state: RwSignal<SearchState>,
-    current: impl Fn() -> bool,
-) -> Result<SearchState, String> {
-    let session = demo.session_untracked().ok_or("the models are not loaded yet")?;
+/// Runs search `id` in the worker against `role`'s model with the page's T and gamma; loads the
+/// edit found (or the closest) into the perturbed box.
+async fn search(demo: Demo, id: u64, role: Role) -> Result<SearchState, String> {
+    let started = demo.session_untracked().ok_or("the models are not loaded yet")?;
     let roles = demo.roles()?;
-    let part = roles.iter().find(|a| a.role == role).ok_or("no model plays that part")?;
-    let model = session::load(&session, part.model, |_, _| {}).await?;
-    let spec =
-        catalog::with_iterations(&part.spec, demo.t.get_untracked(), demo.gamma.get_untracked());
-    let task = demo.task.get_untracked();
-    let neighbours = session.borrow().neighbours(task.name());
-    let (context, text) = if task.is_pair() {
+    let assigned = roles.iter().find(|a| a.role == role).ok_or("no model plays that part")?;
+    let spec = catalog::with_iterations(
+        &assigned.spec,
+        demo.t.get_untracked(),
+        demo.gamma.get_untracked(),
+    );
+    let part = Part { model: assigned.model, spec };
+    let (context, text) = if demo.task.get_untracked().is_pair() {
         (Some(demo.text_a.get_untracked()), demo.text_b.get_untracked())
     } else {
         (None, demo.text_a.get_untracked())
     };
-    let mut search =
-        FlipSearch::new(&text, neighbours.as_deref(), config()).map_err(|e| e.to_string())?;
-    while let Some(batch) = search.next_batch() {
-        if !current() {
-            search.cancel();
-            break;
-        }
-        state.set(SearchState::Running { role, progress: search.progress() });
-        // Let the page paint and take input before the batch occupies the thread.
-        sleep(0).await;
-        let items: Vec<Input> = batch
-            .into_iter()
-            .map(|t| match &context {
-                Some(a) => Input::new(a.clone(), Some(t)),
-                None => Input::new(t, None),
-            })
-            .collect();
-        let probabilities = session::probabilities(&model, &spec, &items).await?;
-        search.feed(&probabilities).map_err(|e| e.to_string())?;
-    }
-    let outcome = search.outcome().ok_or("the search did not finish")?;
+    let request = ToWorker::Search { id, part, context, text, config: config() };
+    let outcome = match started.inference.request(request).await {
+        FromWorker::Searched { outcome, .. } => outcome,
+        FromWorker::Failed { error, .. } => return Err(error),
+        other => return Err(format!("the worker answered a search with {other:?}")),
+    };
     if let (true, Some(best)) = (outcome.status != FlipStatus::Cancelled, &outcome.best) {
         let origin = match outcome.status {
             FlipStatus::Flipped => format!("found by the search: flips {}", role.name()),

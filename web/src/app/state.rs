@@ -2,20 +2,37 @@
 //! the perturbed one came about, and the solve's T and gamma. Everything else the page shows
 //! (roles, model cards, the perturbed text, the request to analyse) is derived from these.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
 use leptos::prelude::*;
 use shared::data::Task;
+use shared::robustness::neighbours::WordNeighbours;
 
 use super::ops::Op;
-use crate::catalog::{self, Assignment};
+use crate::catalog::{self, Assignment, ModelIndex};
+use crate::client::Inference;
 use crate::engine::Input;
-use crate::session::Shared;
 
-/// The session once started: the models' index and the backend they run on.
+/// The page once started: the inference worker, the models' index and the backend the worker
+/// runs them on.
 #[derive(Clone)]
 pub struct Started {
-    pub session: Shared,
+    pub inference: Rc<Inference>,
+    pub index: Rc<ModelIndex>,
+    /// `webgpu` or `cpu` (`#runtime[data-runtime]`), and for people.
+    pub runtime: (String, String),
     /// Tasks the index has models for, in index order.
     pub tasks: Vec<Task>,
+    /// Each task's synonym index, sent by the worker once the task's first bundle is loaded.
+    pub neighbours: Rc<RefCell<HashMap<String, Rc<WordNeighbours>>>>,
+}
+
+impl Started {
+    pub fn neighbours(&self, task: &str) -> Option<Rc<WordNeighbours>> {
+        self.neighbours.borrow().get(task).cloned()
+    }
 }
 
 /// What the status line says. [`Status::key`] is the `data-state` the end-to-end test waits on.
@@ -92,7 +109,13 @@ pub struct Demo {
 }
 
 impl Demo {
-    pub fn new(started: LocalResource<Result<Started, String>>) -> Self {
+    /// `download` and `loaded_models` are the signals the worker's events update (see
+    /// [`super::start`]).
+    pub fn new(
+        started: LocalResource<Result<Started, String>>,
+        download: RwSignal<(u64, u64)>,
+        loaded_models: RwSignal<usize>,
+    ) -> Self {
         Self {
             started,
             task: RwSignal::new(Task::Sst2),
@@ -104,21 +127,20 @@ impl Demo {
             }),
             t: RwSignal::new(5),
             gamma: RwSignal::new(0.1),
-            download: RwSignal::new((0, 0)),
-            loaded_models: RwSignal::new(0),
+            download,
+            loaded_models,
             seed: StoredValue::new(1),
         }
     }
 
-    /// The started session, once it is (tracked).
-    pub fn session(&self) -> Option<Shared> {
-        self.started.with(|s| s.as_ref().and_then(|r| r.as_ref().ok()).map(|s| s.session.clone()))
+    /// The started page, once it is (tracked).
+    pub fn session(&self) -> Option<Started> {
+        self.started.with(|s| s.as_ref().and_then(|r| r.as_ref().ok()).cloned())
     }
 
-    /// The started session, without tracking it (inside the analysis).
-    pub fn session_untracked(&self) -> Option<Shared> {
-        self.started
-            .with_untracked(|s| s.as_ref().and_then(|r| r.as_ref().ok()).map(|s| s.session.clone()))
+    /// The started page, without tracking it (inside the analysis).
+    pub fn session_untracked(&self) -> Option<Started> {
+        self.started.with_untracked(|s| s.as_ref().and_then(|r| r.as_ref().ok()).cloned())
     }
 
     pub fn is_pair(&self) -> bool {
@@ -138,7 +160,7 @@ impl Demo {
     pub fn roles(&self) -> Result<Vec<Assignment>, String> {
         let task = self.task.get();
         match self.session() {
-            Some(session) => catalog::assign(&session.borrow().index, task.name()),
+            Some(session) => catalog::assign(&session.index, task.name()),
             None => Ok(Vec::new()),
         }
     }
@@ -152,7 +174,7 @@ impl Demo {
             Perturbed::Op { op, seed } => {
                 self.loaded_models.track();
                 let task = self.task.get_untracked();
-                let neighbours = self.session().and_then(|s| s.borrow().neighbours(task.name()));
+                let neighbours = self.session().and_then(|s| s.neighbours(task.name()));
                 match op.apply(&source, seed, neighbours.as_deref()) {
                     Some(p) => {
                         let what =

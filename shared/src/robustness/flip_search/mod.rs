@@ -158,6 +158,15 @@ struct Scored {
     probabilities: Vec<f32>,
 }
 
+/// `at`, moved forward to a char boundary and then to the end of the word it falls in.
+fn word_end(text: &str, at: usize) -> usize {
+    let mut end = at.min(text.len());
+    while !text.is_char_boundary(end) {
+        end += 1;
+    }
+    text[end..].find(char::is_whitespace).map_or(text.len(), |n| end + n)
+}
+
 enum Phase {
     Clean,
     /// Each content word deleted.
@@ -169,7 +178,10 @@ enum Phase {
 
 /// One search, driven by its caller: `next_batch`, score, `feed`, until `next_batch` is `None`.
 pub struct FlipSearch<'a> {
+    /// The part of the text the search edits: all of it, or what the model reads.
     text: Text<'a>,
+    /// The rest, which the model never reads (cut at its maximum length): kept as is.
+    tail: &'a str,
     neighbours: Option<&'a WordNeighbours>,
     config: FlipSearchConfig,
     /// Every operation met so far; candidates name them by index.
@@ -196,9 +208,24 @@ impl<'a> FlipSearch<'a> {
         neighbours: Option<&'a WordNeighbours>,
         config: FlipSearchConfig,
     ) -> Result<Self, Error> {
+        Self::with_visible(text, text.len(), neighbours, config)
+    }
+
+    /// As [`Self::new`], for a model that reads only the first `visible` bytes of `text` (see
+    /// [`crate::BertTokenizer::visible_len`]): only words there are edited, and the rest is
+    /// kept, unedited, at the end of every text scored. On a long text, edits past the model's
+    /// maximum length would cost a query each and could never flip it.
+    pub fn with_visible(
+        text: &'a str,
+        visible: usize,
+        neighbours: Option<&'a WordNeighbours>,
+        config: FlipSearchConfig,
+    ) -> Result<Self, Error> {
         config.validate()?;
+        let (head, tail) = text.split_at(word_end(text, visible));
         let mut search = Self {
-            text: Text::new(text),
+            text: Text::new(head),
+            tail,
             neighbours,
             config,
             ops: Vec::new(),
@@ -329,7 +356,11 @@ impl<'a> FlipSearch<'a> {
         let best = self.best.as_ref().map(|b| {
             let ops: Vec<&Operation> = b.ops.iter().map(|&i| &self.ops[i]).collect();
             FlipCandidate {
-                perturbation: self.text.apply(&ops),
+                perturbation: {
+                    let mut edited = self.text.apply(&ops);
+                    edited.text.push_str(self.tail);
+                    edited
+                },
                 num_edits: b.ops.len(),
                 label: argmax(&b.probabilities),
                 probabilities: b.probabilities.clone(),
@@ -348,7 +379,7 @@ impl<'a> FlipSearch<'a> {
     fn enqueue(&mut self, mut ops: Vec<usize>) -> bool {
         ops.sort_unstable();
         let applied: Vec<&Operation> = ops.iter().map(|&i| &self.ops[i]).collect();
-        let text = self.text.apply(&applied).text;
+        let text = self.text.apply(&applied).text + self.tail;
         // Never delete every word.
         if !text.chars().any(char::is_alphanumeric) && !ops.is_empty() {
             return false;

@@ -173,3 +173,29 @@ fn one_sentence_rewrite_per_text_at_most() {
     let outcome = search("A slow film .", None, Default::default(), model);
     assert_eq!(outcome.status, FlipStatus::MaxEdits, "{outcome:?}");
 }
+
+#[test]
+fn only_the_words_the_model_reads_are_edited() {
+    // The model reads "the plot is terrible and awful ," (it is cut there); the rest lies beyond.
+    // Both words must go for the verdict to flip: two edits, every one of them in the head.
+    let text = "the plot is terrible and awful , the ending drags on and on";
+    let tail = " , the ending drags on and on";
+    let visible = "the plot is terrible and aw".len(); // mid-word: the word is kept whole
+    let model = lexicon(2.0, &[("terrible", -3.0), ("awful", -3.0)]);
+    let read = |t: &str| model(t.split(" , ").next().unwrap());
+    let mut scored = Vec::new();
+    let outcome = FlipSearch::with_visible(text, visible, None, Default::default())
+        .unwrap()
+        .run(|batch: &[String]| {
+            scored.extend(batch.iter().cloned());
+            Ok::<_, Error>(batch.iter().map(|t| read(t)).collect())
+        })
+        .unwrap();
+    let best = found(&outcome);
+    assert_eq!(best.num_edits, 2);
+    assert!(best.perturbation.text.ends_with(tail), "{best:?}");
+    check_edits(text, &best.perturbation);
+    for t in &scored {
+        assert!(t.ends_with(tail), "the unread tail was edited: {t:?}");
+    }
+}
