@@ -136,11 +136,16 @@ bench: model venv
 
 ## The wasm build computes what the native build computes (tests/fixtures/web_reference.json):
 ## token ids, logits on burn-ndarray and on WebGPU (Chromium's SwiftShader), perturbations. Runs
-## in headless Chromium via wasm-bindgen-test-runner (.cargo/config.toml, web/webdriver.json).
+## in headless Chromium, run the way wasm-pack users expect: `wasm-pack test`, which drives
+## wasm-bindgen-test-runner (web/webdriver.json). It downloads nothing: the system chromedriver,
+## and `--mode no-install` uses the wasm-bindgen-cli that web-tools installed.
+## (`cargo test --release -p web --target wasm32-unknown-unknown --test browser` runs the same.)
 # --release: the demo's own build (the dependencies compiled here are the ones trunk's release
 # build for `make e2e` reuses, ~8 min saved) and faster WebGPU kernel compilation.
+CHROMEDRIVER ?= /usr/bin/chromedriver
 browser-test: web-tools
-	$(CARGO) test --release -p web --target wasm32-unknown-unknown --test browser
+	wasm-pack test --headless --chrome --chromedriver $(CHROMEDRIVER) --mode no-install --release \
+		web --test browser
 
 tests/e2e/node_modules/.package-lock.json: tests/e2e/package.json tests/e2e/package-lock.json
 	cd tests/e2e && npm ci --no-audit --no-fund
@@ -169,7 +174,7 @@ web-bench: tests/e2e/node_modules/.package-lock.json demo-models
 ## target, wasm-bindgen-cli at the version Cargo.lock pins (Trunk.toml names the same one; its
 ## test runner drives browser-test) and trunk. `cargo install --locked` can fail on a registry
 ## mirror that lacks one of the pinned dependencies; then it resolves afresh. trunk: the newest,
-## else the last release known to build with rustc 1.95.
+## else the last release known to build with rustc 1.95. wasm-pack runs browser-test.
 WASM_BINDGEN := $(shell awk '$$0 == "name = \"wasm-bindgen\"" { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
 web-tools:
 	rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
@@ -180,6 +185,8 @@ web-tools:
 	command -v trunk >/dev/null || $(CARGO) install --locked trunk --ignore-rust-version \
 		|| $(CARGO) install trunk --ignore-rust-version \
 		|| $(CARGO) install --locked trunk --ignore-rust-version --version 0.21.14
+	command -v wasm-pack >/dev/null || $(CARGO) install --locked wasm-pack \
+		|| $(CARGO) install wasm-pack
 
 .PHONY: web-tools
 
