@@ -165,3 +165,30 @@ fn pytorch_bin_loads_like_safetensors() {
         b.classifier.unwrap().weight.val().into_data()
     );
 }
+
+/// A web bundle's load (`load_complete_from_tensors`: nothing drawn for the values it replaces)
+/// builds the model the ordinary load builds, and refuses tensors without a head.
+#[test]
+fn complete_load_equals_the_ordinary_one_and_refuses_gaps() {
+    use shared::io::checkpoint::{load_complete_from_tensors, load_from_tensors};
+    let device = Default::default();
+    let config = shared::BertConfig::from_file(&fixture("tiny-bert/config.json")).unwrap();
+    let tok = BertTokenizer::from_vocab_file(&fixture("tiny-bert/vocab.txt"), true).unwrap();
+    let tensors = float_tensors(&fixture("tiny-bert/model.safetensors"));
+    let file = std::path::Path::new("model.safetensors");
+    let (ordinary, report) =
+        load_from_tensors::<Cpu>(&config, tensors.clone(), None, file, &device).unwrap();
+    assert!(report.initialized_fresh.is_empty(), "{:?}", report.initialized_fresh);
+    let complete = load_complete_from_tensors::<Cpu>(&config, tensors.clone(), file, &device);
+    assert_eq!(logits(&complete.unwrap(), &tok), logits(&ordinary, &tok));
+
+    let mut headless = tensors;
+    headless.remove("classifier.weight");
+    let err = load_complete_from_tensors::<Cpu>(&config, headless.clone(), file, &device)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("classifier.weight"), "{err}");
+    let (_, report) = load_from_tensors::<Cpu>(&config, headless, Some(2), file, &device).unwrap();
+    assert_eq!(report.initialized_fresh, ["classifier"]);
+}

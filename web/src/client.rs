@@ -55,8 +55,9 @@ pub struct Inference {
 }
 
 impl Inference {
-    /// Spawns the worker and waits until it listens.
-    pub async fn spawn(on_event: impl Fn(Event) + 'static) -> Result<Rc<Self>, String> {
+    /// Spawns the worker; it starts loading at once, while the caller does other work (the page
+    /// fetches its model index meanwhile). [`Inference::ready`] waits until it listens.
+    pub fn spawn(on_event: impl Fn(Event) + 'static) -> Result<Rc<Self>, String> {
         let worker = Worker::new(WORKER_URL)
             .map_err(|e| format!("could not start the inference worker: {e:?}"))?;
         let inference = Rc::new(Self {
@@ -86,11 +87,16 @@ impl Inference {
         inference.worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
         *inference._on_message.borrow_mut() = Some(on_message);
         *inference._on_error.borrow_mut() = Some(on_error);
-        match inference.wait(0).await {
+        Ok(inference)
+    }
+
+    /// Waits until the worker listens (its `Ready`, which may have come already).
+    pub async fn ready(&self) -> Result<(), String> {
+        match self.wait(0).await {
             FromWorker::Ready => {
                 let at = crate::js::now_ms();
                 leptos::logging::log!("timing: page: inference worker ready at {at:.0} ms");
-                Ok(inference)
+                Ok(())
             }
             FromWorker::Failed { error, .. } => Err(error),
             other => Err(format!("the inference worker said {other:?} before it was ready")),
@@ -125,6 +131,9 @@ impl Inference {
     }
 
     async fn wait(&self, id: u64) -> FromWorker {
+        if let Some(answer) = self.answers.borrow_mut().remove(&id) {
+            return answer;
+        }
         if let Some(error) = self.dead.borrow().clone() {
             return FromWorker::Failed { id, error };
         }
@@ -138,11 +147,14 @@ impl Inference {
         })
     }
 
+    /// Hands `answer` to request `id`'s waiter, or keeps it for [`Inference::wait`] when nobody
+    /// waits yet (the `Ready` can arrive before the page asks for it).
     fn resolve(&self, id: u64, answer: Option<FromWorker>) {
-        if let Some(resolve) = self.waiting.borrow_mut().remove(&id) {
-            if let Some(answer) = answer {
-                self.answers.borrow_mut().insert(id, answer);
-            }
+        if let Some(answer) = answer {
+            self.answers.borrow_mut().insert(id, answer);
+        }
+        let waiter = self.waiting.borrow_mut().remove(&id);
+        if let Some(resolve) = waiter {
             let _ = resolve.call0(&JsValue::NULL);
         }
     }

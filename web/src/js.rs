@@ -43,3 +43,8 @@ pub fn now_ms() -> f64 {
         .and_then(|t| t.as_f64())
         .unwrap_or(0.0)
 }
+
+/// Logs `timing: WHAT at T ms` (T: `performance.now()`), the form `make web-bench` prints.
+pub fn log_timing(what: &str) {
+    web_sys::console::log_1(&format!("timing: {what} at {:.0} ms", now_ms()).into());
+}

@@ -270,16 +270,12 @@ impl WebBundle {
     /// models on several devices.)
     pub fn classifier<B: Backend>(&self, device: &B::Device) -> Result<BertClassifier<B>, Error> {
         let file = Path::new(WEB_WEIGHTS_FILE);
-        let (model, report) = checkpoint::load_from_tensors::<B>(
+        let model = checkpoint::load_complete_from_tensors::<B>(
             &self.config,
             self.tensors.clone(),
-            None,
             file,
             device,
         )?;
-        if let Some(fresh) = report.initialized_fresh.first() {
-            return Err(Error::MissingTensor { key: format!("{fresh}.weight"), path: file.into() });
-        }
         model.with_connections(&self.card.connection_spec()?)
     }
 }

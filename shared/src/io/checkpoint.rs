@@ -111,13 +111,42 @@ fn read_dir(dir: &Path) -> Result<(BertConfig, BTreeMap<String, HostTensor>, Pat
     Ok((config, tensors, file))
 }
 
-/// Builds a model from named host tensors in HF layout.
+/// Builds a model from named host tensors in HF layout. What the tensors lack is initialised
+/// fresh (HF's init) and listed in the report.
 pub fn load_from_tensors<B: Backend>(
     config: &BertConfig,
     tensors: BTreeMap<String, HostTensor>,
     num_labels: Option<usize>,
     file: &Path,
     device: &B::Device,
+) -> Result<(BertClassifier<B>, LoadReport), Error> {
+    load_into(config, tensors, num_labels, file, device, BertClassifier::new)
+}
+
+/// Builds a model from host tensors that hold every parameter, head included (a web bundle);
+/// a missing one is an error. No initial value is drawn for the tensors to replace.
+pub fn load_complete_from_tensors<B: Backend>(
+    config: &BertConfig,
+    tensors: BTreeMap<String, HostTensor>,
+    file: &Path,
+    device: &B::Device,
+) -> Result<BertClassifier<B>, Error> {
+    let (model, report) = load_into(config, tensors, None, file, device, BertClassifier::unloaded)?;
+    match report.initialized_fresh.first() {
+        Some(fresh) => {
+            Err(Error::MissingTensor { key: format!("{fresh}.weight"), path: file.into() })
+        }
+        None => Ok(model),
+    }
+}
+
+fn load_into<B: Backend>(
+    config: &BertConfig,
+    tensors: BTreeMap<String, HostTensor>,
+    num_labels: Option<usize>,
+    file: &Path,
+    device: &B::Device,
+    build: fn(&BertConfig, usize, &B::Device) -> BertClassifier<B>,
 ) -> Result<(BertClassifier<B>, LoadReport), Error> {
     let architecture = config.architecture();
     let prefix = architecture.prefix();
@@ -141,7 +170,7 @@ pub fn load_from_tensors<B: Backend>(
             message: format!("{num_labels} labels asked for; a head has at most {MAX_LABELS}"),
         });
     }
-    let mut model = BertClassifier::<B>::new(config, num_labels, device);
+    let mut model = build(config, num_labels, device);
     let mut report = LoadReport { weights_file: file.into(), ..LoadReport::default() };
     for (name, slot) in slots(&mut model) {
         let fresh = match slot {
@@ -401,9 +430,10 @@ impl Source {
         if t.shape != expected {
             return Err(Error::Shape { key, expected: expected.to_vec(), found: t.shape.clone() });
         }
-        let t = t.clone();
+        // Moved out, not copied: a bundle's tensors are most of its memory.
+        let t = self.tensors.remove(&key);
         self.used.insert(key);
-        Ok(Some(t))
+        Ok(t)
     }
 
     fn require(&mut self, name: &str, expected: &[usize]) -> Result<HostTensor, Error> {
@@ -417,7 +447,7 @@ impl Source {
         e: &mut Embedding<B>,
         device: &B::Device,
     ) -> Result<bool, Error> {
-        let t = self.require(&format!("{name}.weight"), &e.weight.dims())?;
+        let t = self.require(&format!("{name}.weight"), &e.weight.lazy_shape().dims::<2>())?;
         e.weight = Param::from_tensor(t.to_tensor(device));
         Ok(false)
     }
@@ -428,7 +458,7 @@ impl Source {
         ln: &mut LayerNorm<B>,
         device: &B::Device,
     ) -> Result<bool, Error> {
-        let dims = ln.gamma.dims();
+        let dims = ln.gamma.lazy_shape().dims::<1>();
         ln.gamma =
             Param::from_tensor(self.require(&format!("{name}.weight"), &dims)?.to_tensor(device));
         if ln.beta.is_some() {
@@ -448,7 +478,8 @@ impl Source {
         init_std: f64,
         device: &B::Device,
     ) -> Result<bool, Error> {
-        let [d_in, d_out] = lin.weight.dims();
+        // `lazy_shape`: the shape without drawing the initial values the loaded tensor replaces.
+        let [d_in, d_out] = lin.weight.lazy_shape().dims();
         let weight = if optional {
             self.take(&format!("{name}.weight"), &[d_out, d_in])?
         } else {

@@ -8,7 +8,7 @@
 //! the padding index, and its head (`classifier.dense`, `classifier.out_proj`) is the same two
 //! Linears with one more dropout, so it lives in the same structs under other HF names.
 
-use burn::module::{Module, Param};
+use burn::module::{Module, Param, ParamId};
 use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
@@ -150,18 +150,24 @@ impl<B: Backend> BertClassifier<B> {
     /// A freshly initialised model (HF's init: N(0, initializer_range) weights, zero biases,
     /// LayerNorm 1/0), `num_labels` classes (0 = no head), all layers monotone.
     pub fn new(config: &BertConfig, num_labels: usize, device: &B::Device) -> Self {
+        // Eager, not burn's lazy initialisers: a clone of a fresh model must be the same model.
+        Self::build(config, num_labels, device, Init::Eager)
+    }
+
+    /// The same model with every initial value drawn only on first use: for a loader that
+    /// replaces every parameter (`checkpoint::load_complete_from_tensors`), so that no time goes
+    /// into values it throws away (in the browser, ~22M normal draws took most of a model's
+    /// set-up). A parameter left in place still gets HF's init when first read.
+    pub(crate) fn unloaded(config: &BertConfig, num_labels: usize, device: &B::Device) -> Self {
+        Self::build(config, num_labels, device, Init::Lazy)
+    }
+
+    fn build(config: &BertConfig, num_labels: usize, device: &B::Device, init: Init) -> Self {
         let h = config.hidden_size;
         let std = config.initializer_range;
-        // Eager, not burn's lazy initialisers: a clone of a fresh model must be the same model.
-        let emb = |n| Embedding {
-            weight: Param::from_tensor(Tensor::random(
-                [n, h],
-                Distribution::Normal(0.0, std),
-                device,
-            )),
-        };
+        let emb = |n| Embedding { weight: hf_normal([n, h], std, device, init) };
         let ln = || LayerNormConfig::new(h).with_epsilon(config.layer_norm_eps).init(device);
-        let mut model = Self {
+        let model = Self {
             bert: BertModel {
                 embeddings: BertEmbeddings {
                     word_embeddings: emb(config.vocab_size),
@@ -183,8 +189,10 @@ impl<B: Backend> BertClassifier<B> {
             classifier: (num_labels > 0).then(|| LinearConfig::new(h, num_labels).init(device)),
             config: config.clone(),
         };
-        model = model.map_linears(|lin| hf_init_linear(lin, std));
-        model
+        match init {
+            Init::Eager => model.map_linears(|lin| hf_init_linear(lin, std)),
+            Init::Lazy => model.map_linears(|lin| hf_lazy_linear(lin, std)),
+        }
     }
 
     /// Sets the connection of every layer from a spec.
@@ -310,6 +318,63 @@ pub(crate) fn hf_init_linear<B: Backend>(lin: Linear<B>, std: f64) -> Linear<B> 
             &device,
         )),
         bias: lin.bias.map(|b| Param::from_tensor(Tensor::zeros(b.shape(), &device))),
+    }
+}
+
+/// When a model's initial values are drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Init {
+    Eager,
+    Lazy,
+}
+
+/// A parameter of HF's N(0, std) init, drawn now or on first use.
+fn hf_normal<B: Backend, const D: usize>(
+    shape: [usize; D],
+    std: f64,
+    device: &B::Device,
+    init: Init,
+) -> Param<Tensor<B, D>> {
+    let draw = move |device: &B::Device, require_grad: bool| {
+        let t = Tensor::random(shape, Distribution::Normal(0.0, std), device);
+        if require_grad {
+            t.require_grad()
+        } else {
+            t
+        }
+    };
+    match init {
+        Init::Eager => Param::from_tensor(draw(device, false)),
+        Init::Lazy => {
+            Param::uninitialized(ParamId::new(), draw, device.clone(), true, shape.into())
+        }
+    }
+}
+
+/// [`hf_init_linear`], drawn on first use; reads only the lazy shapes, so burn's own (lazy)
+/// initialiser never runs either.
+fn hf_lazy_linear<B: Backend>(lin: Linear<B>, std: f64) -> Linear<B> {
+    let device = lin.weight.lazy_device();
+    let zeros = |b: Param<Tensor<B, 1>>| {
+        let [n] = b.lazy_shape().dims();
+        Param::uninitialized(
+            ParamId::new(),
+            move |device: &B::Device, require_grad: bool| {
+                let t = Tensor::zeros([n], device);
+                if require_grad {
+                    t.require_grad()
+                } else {
+                    t
+                }
+            },
+            device.clone(),
+            true,
+            [n].into(),
+        )
+    };
+    Linear {
+        weight: hf_normal(lin.weight.lazy_shape().dims(), std, &device, Init::Lazy),
+        bias: lin.bias.map(zeros),
     }
 }
 

@@ -97,6 +97,18 @@ async fn start(
     loaded_models: RwSignal<usize>,
 ) -> Result<Started, String> {
     let force_cpu = query_param("backend").as_deref() == Some("cpu");
+    crate::js::log_timing("page: wasm running");
+    // The worker loads its wasm while the page reads the index.
+    let neighbours = Rc::new(RefCell::new(HashMap::new()));
+    let received = neighbours.clone();
+    let inference = Inference::spawn(move |event| match event {
+        Event::Download { got, total } => download.set((got, total)),
+        Event::Loaded { .. } => loaded_models.update(|n| *n += 1),
+        Event::Neighbours { task, index } => {
+            received.borrow_mut().insert(task, Rc::new(index));
+            loaded_models.update(|n| *n += 1);
+        }
+    })?;
     let index_json = loader::fetch_text(&format!("{MODELS}index.json"), true).await?.ok_or(
         "no models/index.json: export a model with `trainer export --web --site dist/models` \
          (see README)",
@@ -107,17 +119,8 @@ async fn start(
     if tasks.is_empty() {
         return Err(format!("{MODELS}index.json lists no models of a known task"));
     }
-    let neighbours = Rc::new(RefCell::new(HashMap::new()));
-    let received = neighbours.clone();
-    let inference = Inference::spawn(move |event| match event {
-        Event::Download { got, total } => download.set((got, total)),
-        Event::Loaded { .. } => loaded_models.update(|n| *n += 1),
-        Event::Neighbours { task, index } => {
-            received.borrow_mut().insert(task, Rc::new(index));
-            loaded_models.update(|n| *n += 1);
-        }
-    })
-    .await?;
+    crate::js::log_timing("page: model index read");
+    inference.ready().await?;
     let id = inference.new_id();
     let base = MODELS.to_string();
     let request = ToWorker::Start { id, force_cpu, base, index: index.clone() };
