@@ -27,6 +27,8 @@ PY_PKGS := transformers==5.24.0 safetensors==0.8.0 numpy \
 	"cuda-toolkit[cublas,cudart,cufft,cufile,cupti,cusolver,cusparse,nvjitlink,nvrtc,nvtx]==13.2.2" \
 	"cuda-bindings>=13.0.3,<14" nvidia-cudnn-cu13==9.26.0.51 nvidia-cusparselt-cu13==0.8.1 \
 	nvidia-nccl-cu13==2.30.7 nvidia-nvshmem-cu13==3.7.2
+# Only `make web-bench` needs it: exporting its peer's model to ONNX.
+ONNX    := onnx==1.23.2
 PIP     := $(PY) -m pip install --disable-pip-version-check --no-cache-dir -q
 # The benchmark data (GLUE, AdvGLUE; ../shared/data/SOURCES.md) when it is beside the repository
 # or named by IMBERT_DATA, else the real 48-row sample committed in tests/fixtures/data, so that a
@@ -162,11 +164,37 @@ e2e: tests/e2e/node_modules/.package-lock.json e2e-models
 	$(MAKE) site SITE_MODELS=target/e2e/site
 	E2E_BACKENDS=$(E2E_BACKENDS) node tests/e2e/e2e.mjs dist
 
-## Release wasm size (raw, gzipped; fails above 8 MB gzipped), weights size, and the latency from
-## page load to the first verdict on WebGPU and on the CPU.
-web-bench: tests/e2e/node_modules/.package-lock.json demo-models
-	$(MAKE) site SITE_MODELS=target/demo/site
-	node tests/e2e/bench.mjs dist
+## Release wasm size (raw, gzipped; fails above 8 MB gzipped), weights size, the latency from
+## page load to the first verdict on WebGPU and on the CPU, and the same MiniLM beside its peer,
+## transformers.js (npm, tests/e2e/tfjs; the model exported to ONNX by the tests' Python): BERT's
+## verdict at 16 and 128 tokens and the first verdict, both backends, with the ratios.
+## BENCH_MODELS=demo (the demo's models, `demo-models`) or e2e (`make e2e`'s quick model: minutes
+## to train instead of an hour). E2E_BACKENDS=cpu (or webgpu) measures one backend.
+BENCH_MODELS ?= demo
+BENCH_SITE_demo := target/demo/site
+BENCH_SITE_e2e  := target/e2e/site
+# The HF directory each site's SST-2 bundle was exported from: the peer runs its fp32 weights.
+PEER_SOURCE_demo := $(DEMO_RUNS)/bert-sst2/best
+PEER_SOURCE_e2e  := target/e2e/run/best
+PEER_MODEL := target/peer/$(BENCH_MODELS)/minilm-sst2
+web-bench: tests/e2e/node_modules/.package-lock.json tests/e2e/tfjs/node_modules/.package-lock.json \
+		$(if $(filter e2e,$(BENCH_MODELS)),e2e-models,demo-models)
+	$(MAKE) site SITE_MODELS=$(BENCH_SITE_$(BENCH_MODELS))
+	$(MAKE) $(PEER_MODEL)/onnx/model.onnx
+	PEER_MODEL=$(PEER_MODEL) node tests/e2e/bench.mjs dist
+
+# The peer's packages stay apart from tests/e2e: the e2e test (and CI) never installs them.
+# --ignore-scripts: onnxruntime-node's and sharp's install scripts download binaries from GitHub,
+# and the benchmark needs neither (it runs onnxruntime-web in Chromium).
+tests/e2e/tfjs/node_modules/.package-lock.json: tests/e2e/tfjs/package.json tests/e2e/tfjs/package-lock.json
+	cd tests/e2e/tfjs && npm ci --no-audit --no-fund --ignore-scripts --omit=optional
+
+$(VENV)/.onnx: $(VENV)/.installed
+	$(PIP) $(ONNX)
+	touch $@
+
+$(PEER_MODEL)/onnx/model.onnx: $(PEER_SOURCE_$(BENCH_MODELS))/model.safetensors $(VENV)/.onnx
+	$(PY) tests/python/export_onnx.py --model $(PEER_SOURCE_$(BENCH_MODELS)) --out $(PEER_MODEL)
 
 .PHONY: browser-test e2e web-bench
 

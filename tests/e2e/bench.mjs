@@ -1,9 +1,16 @@
-// Size and latency of the browser demo, from trunk's release build in dist/:
-// - the wasm module, raw and gzipped (fails above 8 MB gzipped);
+// Size and latency of the browser demo, from trunk's release build in dist/, beside its peer:
+// - the wasm modules, raw and gzipped (fails above 8 MB gzipped);
 // - the weights: bytes on disk under dist/models/, and bytes the page actually fetched;
-// - first-verdict latency: navigation start to the first #results[data-key], on WebGPU
+// - the demo page's first verdict: navigation start to the first #results[data-key], on WebGPU
 //   (SwiftShader here) and on the CPU, each in a fresh browser profile (cold caches), and where
-//   the time went (the worker's start, the backend's set-up, each bundle's load phases).
+//   the time went (the worker's start, the backend's set-up, each bundle's load phases);
+// - side by side with transformers.js (onnxruntime-web, fp32) on the same MiniLM exported to
+//   ONNX, in the same Chromium: BERT's verdict on a 16-token and a 128-token text (clean and
+//   perturbed in one batch of two, as the demo computes it) and the time from navigation to the
+//   first verdict, on both backends, with the ratio. The demo's side is its own inference worker
+//   driven through its protocol (tests/e2e/bench/harness.mjs). Needs the peer installed
+//   (tests/e2e/tfjs) and the model exported (tests/python/export_onnx.py to PEER_MODEL);
+//   `make web-bench` does both, else that part is skipped with the reason.
 //
 //   node tests/e2e/bench.mjs [DIST_DIR]     (`make web-bench` builds first)
 import fs from 'node:fs';
@@ -17,6 +24,8 @@ const repo = path.resolve(here, '../..');
 const dist = path.resolve(process.argv[2] ?? path.join(repo, 'dist'));
 const MAX_WASM_GZIP = 8_000_000;
 const TIMEOUT = 10 * 60_000;
+const PEER_MODEL = path.resolve(process.env.PEER_MODEL ?? path.join(repo, 'target/peer/minilm-sst2'));
+const PEER_PACKAGES = path.join(here, 'tfjs/node_modules');
 
 const mb = (n) => `${(n / 1e6).toFixed(2)} MB`;
 
@@ -46,8 +55,95 @@ const models = filesUnder(path.join(dist, 'models'));
 const modelBytes = models.reduce((s, f) => s + fs.statSync(f).size, 0);
 console.log(`weights on disk (dist/models, ${models.length} files): ${mb(modelBytes)}`);
 
+// ---- Side by side with transformers.js ----
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const ms = (x) => `${x.toFixed(0)} ms`;
+// Each timed verdict pairs the text with a new perturbed copy (its first word swapped), so the
+// demo's result cache never answers.
+const SWAPS = ['this', 'that', 'a', 'one', 'our', 'my', 'his', 'her', 'its', 'their', 'some', 'every'];
+const variants = (text) => SWAPS.map((w) => text.replace(/^\S+/, w));
+const TEXTS = [
+  ['16 tokens', 'the acting is superb and the story moves along at a brisk, lively pace', 10],
+  [
+    '128 tokens',
+    'the film opens with a long, quiet shot of a harbour at dawn, and for a while it seems content ' +
+      'to let the images carry the story. the fishermen go about their work, the light changes, ' +
+      'and a boy watches from the pier. then the plot arrives all at once: a storm, a missing boat, ' +
+      'a family feud that the script explains twice and resolves in a hurry. the performances are ' +
+      'honest, especially the grandmother, who says more with a glance than the dialogue manages ' +
+      'in whole scenes, but the editing undercuts them, cutting away just as a moment starts to ' +
+      'breathe. the score is lovely and far too loud. by the end i admired the ambition and the ' +
+      'craft of the camera work, yet i felt strangely untouched by the people it was about, and i ' +
+      'doubt i will remember their names next week.',
+    5,
+  ],
+];
+
+/** Cold first verdicts of both, then verdict latencies of both on one page, on `backend`. */
+async function sideBySide(backend) {
+  const first = {};
+  for (const name of ['imbert', 'peer']) {
+    const browser = await launch();
+    try {
+      const page = await browser.newPage();
+      await page.goto(`${server.url}bench/?first=${name}&backend=${backend}`);
+      await page.waitForFunction(() => window.__firstVerdict !== undefined, null, { timeout: TIMEOUT, polling: 100 });
+      const result = await page.evaluate(() => window.__firstVerdict);
+      if (result.error) throw new Error(`${name}'s first verdict: ${result.error}`);
+      first[name] = result.at;
+    } finally {
+      await browser.close();
+    }
+  }
+  const browser = await launch();
+  try {
+    const page = await browser.newPage();
+    await page.goto(`${server.url}bench/`);
+    await page.waitForFunction(() => window.bench !== undefined);
+    const setup = {};
+    for (const name of ['imbert', 'peer']) {
+      setup[name] = await page.evaluate(([n, b]) => window.bench.start(n, b), [name, backend]);
+    }
+    console.log(
+      `  beside transformers.js ${backend === 'cpu' ? '(wasm, fp32' : '(webgpu, fp32'}, ` +
+        `runtime ${setup.peer.runtime}, ${setup.peer.threads} thread(s)); ours on ${setup.imbert.runtime}; ` +
+        'one verdict = the clean and the perturbed text in one batch of two:',
+    );
+    console.log('  | | this project | transformers.js | ratio (ours / peer) |');
+    console.log('  |---|---|---|---|');
+    console.log(`  | first verdict after navigation | ${ms(first.imbert)} | ${ms(first.peer)} | ${(first.imbert / first.peer).toFixed(2)} |`);
+    for (const [label, text, repeats] of TEXTS) {
+      const timed = {};
+      for (const name of ['imbert', 'peer']) {
+        timed[name] = await page.evaluate(([n, t, v, r]) => window.bench.time(n, t, v, r), [name, text, variants(text), repeats]);
+      }
+      const [ours, peer] = [median(timed.imbert.wall), median(timed.peer.wall)];
+      // The same pair went last to both: the two stacks must agree (ours runs the int8 bundle,
+      // dequantized; the peer the fp32 weights it was quantized from).
+      const gap = Math.max(...timed.imbert.last.probs.flatMap((p, i) => p.map((v, j) => Math.abs(v - timed.peer.last.probs[i][j]))));
+      if (!(gap < 0.05)) throw new Error(`the two disagree on the ${label} text: probabilities ${gap.toFixed(3)} apart`);
+      const notes = `median of ${repeats}; tokens ${timed.imbert.last.tokens.join('/')} and ` +
+        `${timed.peer.last.tokens.join('/')}; worker compute ${ms(median(timed.imbert.compute))}; ` +
+        `probabilities within ${gap.toFixed(3)}`;
+      console.log(`  | verdict, ${label} (${notes}) | ${ms(ours)} | ${ms(peer)} | ${(ours / peer).toFixed(2)} |`);
+    }
+  } finally {
+    await browser.close();
+  }
+}
+
 // ---- First verdict ----
-const server = await serve(dist);
+const server = await serve(dist, 0, {
+  '/bench/': path.join(here, 'bench'),
+  '/peer/': path.join(PEER_PACKAGES, '@huggingface/transformers/dist'),
+  '/ort/': path.join(PEER_PACKAGES, 'onnxruntime-web/dist'),
+  '/peer-models/minilm-sst2/': PEER_MODEL,
+});
+const peerMissing = [
+  [path.join(PEER_MODEL, 'onnx/model.onnx'), 'tests/python/export_onnx.py'],
+  [path.join(PEER_PACKAGES, '@huggingface/transformers/dist/transformers.js'), 'npm ci in tests/e2e/tfjs'],
+].filter(([f]) => !fs.existsSync(f));
 // E2E_BACKENDS=cpu (or webgpu) measures one of the two.
 for (const backend of (process.env.E2E_BACKENDS ?? 'webgpu,cpu').split(',')) {
   const browser = await launch();
@@ -94,6 +190,16 @@ for (const backend of (process.env.E2E_BACKENDS ?? 'webgpu,cpu').split(',')) {
     console.error(`${backend}: FAILED: ${e.message ?? e}`);
   } finally {
     await browser.close();
+  }
+  if (peerMissing.length > 0) {
+    console.log(`  beside transformers.js: skipped, no ${peerMissing.map(([f, how]) => `${path.relative(repo, f)} (${how})`).join(', ')}`);
+    continue;
+  }
+  try {
+    await sideBySide(backend);
+  } catch (e) {
+    failed = true;
+    console.error(`${backend}: beside transformers.js: FAILED: ${e.message ?? e}`);
   }
 }
 await server.close();

@@ -46,9 +46,16 @@ const MIME = {
   '.map': 'application/json; charset=utf-8',
 };
 
-/** Serves `dir` on 127.0.0.1:`port` (0: any free port). Resolves to {url, bytesServed, close}. */
-export function serve(dir, port = 0) {
-  const root = path.resolve(dir);
+/**
+ * Serves `dir` on 127.0.0.1:`port` (0: any free port), and each directory of `mounts` under its
+ * URL prefix (`{'/peer/': '.../dist'}`; the benchmark's peer). Resolves to {url, bytesServed,
+ * close}.
+ */
+export function serve(dir, port = 0, mounts = {}) {
+  const roots = [
+    ...Object.entries(mounts).map(([prefix, d]) => [prefix, path.resolve(d)]),
+    ['/', path.resolve(dir)],
+  ];
   const served = new Map(); // url path -> bytes
   const server = http.createServer((req, res) => {
     let pathname;
@@ -58,7 +65,8 @@ export function serve(dir, port = 0) {
       res.writeHead(400).end();
       return;
     }
-    let file = path.join(root, pathname);
+    const [prefix, root] = roots.find(([p]) => pathname.startsWith(p));
+    let file = path.join(root, pathname.slice(prefix.length - 1));
     if (file !== root && !file.startsWith(root + path.sep)) {
       res.writeHead(403).end();
       return;

@@ -33,6 +33,7 @@ pub fn run() {
         inbox: RefCell::default(),
         busy: Cell::new(false),
         session: RefCell::new(None),
+        timed: RefCell::default(),
     });
     let receiver = worker.clone();
     let on_message =
@@ -51,6 +52,9 @@ struct Worker {
     /// Whether `serve` is running (it empties the inbox, then stops).
     busy: Cell<bool>,
     session: RefCell<Option<Shared>>,
+    /// The connections whose first run was timed: a first run includes the backend's one-off
+    /// costs (WebGPU's shader compilation), reported once per connection for `make web-bench`.
+    timed: RefCell<Vec<String>>,
 }
 
 impl Worker {
@@ -198,7 +202,13 @@ impl Worker {
                 return Ok(FromWorker::Superseded { id });
             }
             labels = model.labels();
+            let began = js::now_ms();
             analyses.push(session::analyse(&session, &model, &part.spec, clean, perturbed).await?);
+            let spec = part.spec.to_string();
+            if !self.timed.borrow().contains(&spec) {
+                self.timing(format!("first analysis with {spec}"), js::now_ms() - began);
+                self.timed.borrow_mut().push(spec);
+            }
         }
         let parts = analyses.iter().map(|a| (**a).clone()).collect();
         Ok(FromWorker::Analysed { id, parts, labels, millis: js::now_ms() - start })
