@@ -1,7 +1,8 @@
 // Size and latency of the browser demo, from trunk's release build in dist/, beside its peer:
 // - the wasm modules, raw and gzipped (fails above 8 MB gzipped);
 // - the weights: bytes on disk under dist/models/, and bytes the page actually fetched;
-// - the demo page's first verdict: navigation start to the first #results[data-key], on WebGPU
+// - the demo page's first verdict: navigation start to the first part's verdict shown, and to
+//   the first full #results[data-key], on WebGPU
 //   (SwiftShader here) and on the CPU, each in a fresh browser profile (cold caches), and where
 //   the time went (the worker's start, the backend's set-up, each bundle's load phases);
 // - side by side with transformers.js (onnxruntime-web, fp32) on the same MiniLM exported to
@@ -161,6 +162,7 @@ for (const backend of (process.env.E2E_BACKENDS ?? 'webgpu,cpu').split(',')) {
       const look = () => {
         const r = document.querySelector('#results');
         if (r?.dataset.key && window.__firstVerdict === undefined) window.__firstVerdict = performance.now();
+        if (r?.querySelector('.verdicts .part') && window.__firstPart === undefined) window.__firstPart = performance.now();
         const s = document.querySelector('#status');
         if (s?.dataset.state === 'ready' && window.__ready === undefined) window.__ready = performance.now();
       };
@@ -175,10 +177,14 @@ for (const backend of (process.env.E2E_BACKENDS ?? 'webgpu,cpu').split(',')) {
     const [state, message] = await page.$eval('#status', (s) => [s.dataset.state, s.textContent]);
     if (state === 'error') throw new Error(`the page reports an error: ${message}`);
     const runtime = await page.$eval('#runtime', (e) => e.dataset.runtime);
-    const { ready, first } = await page.evaluate(() => ({ ready: window.__ready, first: window.__firstVerdict }));
+    const { ready, first, part } = await page.evaluate(() => ({
+      ready: window.__ready,
+      first: window.__firstVerdict,
+      part: window.__firstPart,
+    }));
     console.log(
       `${backend} (runtime ${runtime}): models ready ${ready === undefined ? '?' : `${(ready / 1000).toFixed(2)} s`}, ` +
-        `first verdict ${(first / 1000).toFixed(2)} s after navigation start; ` +
+        `first verdict (BERT's) ${(part / 1000).toFixed(2)} s and every part's ${(first / 1000).toFixed(2)} s after navigation start; ` +
         `fetched ${mb(server.bytesServed('/models/'))} of models, ${mb(server.bytesServed('/'))} in all`,
     );
     if (runtime !== backend) {

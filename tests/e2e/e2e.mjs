@@ -112,6 +112,16 @@ async function run(server, browser, backend) {
     await d.dismiss();
   });
 
+  // Record the first verdicts shown before the first full results: BERT's verdict must not wait
+  // for the slower parts (#results[data-partial] counts the parts shown).
+  await page.addInitScript(() => {
+    new MutationObserver(() => {
+      const r = document.querySelector('#results');
+      if (r?.dataset.key) return;
+      const shown = r?.querySelectorAll('.verdicts .part').length ?? 0;
+      if (r?.dataset.partial && shown > 0) window.__partsBeforeFirst = Math.max(window.__partsBeforeFirst ?? 0, shown);
+    }).observe(document, { subtree: true, childList: true, attributes: true });
+  });
   const url = server.url + (backend === 'cpu' ? '?backend=cpu' : '');
   log(backend, 'loading', url);
   const t0 = Date.now();
@@ -123,6 +133,9 @@ async function run(server, browser, backend) {
   );
   await failOnError(page);
   log(backend, `ready after ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  const partsBeforeFirst = await page.evaluate(() => window.__partsBeforeFirst ?? 0);
+  log(backend, `verdicts shown before the first full results: ${partsBeforeFirst} part(s)`);
+  assert.ok(partsBeforeFirst >= 1, 'the first verdicts waited for every part');
   const runtime = await page.$eval('#runtime', (e) => e.dataset.runtime);
   assert.equal(runtime, backend, `#runtime[data-runtime] is ${runtime}, expected ${backend}`);
 

@@ -15,6 +15,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{ErrorEvent, MessageEvent, Worker};
 
+use crate::engine::Analysis;
 use crate::protocol::{FromWorker, ToWorker};
 
 /// The worker's script: trunk's loader shim for the `inference` binary (see `index.html`).
@@ -37,6 +38,7 @@ pub enum Event {
 }
 
 type ProgressHandlers = RefCell<HashMap<u64, Box<dyn Fn(FlipProgress)>>>;
+type PartHandlers = RefCell<HashMap<u64, Box<dyn Fn(usize, Analysis, Vec<String>)>>>;
 type Handler<E> = RefCell<Option<Closure<dyn FnMut(E)>>>;
 
 pub struct Inference {
@@ -46,6 +48,7 @@ pub struct Inference {
     waiting: RefCell<HashMap<u64, Function>>,
     answers: RefCell<HashMap<u64, FromWorker>>,
     progress: ProgressHandlers,
+    parts: PartHandlers,
     on_event: Box<dyn Fn(Event)>,
     /// Set once the worker has died: why.
     dead: RefCell<Option<String>>,
@@ -66,6 +69,7 @@ impl Inference {
             waiting: RefCell::default(),
             answers: RefCell::default(),
             progress: RefCell::default(),
+            parts: RefCell::default(),
             on_event: Box::new(on_event),
             dead: RefCell::new(None),
             _on_message: RefCell::new(None),
@@ -130,6 +134,11 @@ impl Inference {
         self.progress.borrow_mut().insert(id, Box::new(on_progress));
     }
 
+    /// Calls `on_part` with each part of analysis `id` as it is done, until it is answered.
+    pub fn watch_parts(&self, id: u64, on_part: impl Fn(usize, Analysis, Vec<String>) + 'static) {
+        self.parts.borrow_mut().insert(id, Box::new(on_part));
+    }
+
     async fn wait(&self, id: u64) -> FromWorker {
         if let Some(answer) = self.answers.borrow_mut().remove(&id) {
             return answer;
@@ -169,6 +178,7 @@ impl Inference {
         };
         if let Some(id) = message.answers() {
             self.progress.borrow_mut().remove(&id);
+            self.parts.borrow_mut().remove(&id);
             return self.resolve(id, Some(message));
         }
         match message {
@@ -177,6 +187,11 @@ impl Inference {
             FromWorker::Loaded { model, .. } => (self.on_event)(Event::Loaded { model }),
             FromWorker::Timing { what, millis } => {
                 leptos::logging::log!("timing: {what}: {millis:.0} ms")
+            }
+            FromWorker::PartAnalysed { id, index, analysis, labels } => {
+                if let Some(on_part) = self.parts.borrow().get(&id) {
+                    on_part(index, analysis, labels);
+                }
             }
             FromWorker::SearchProgress { id, progress } => {
                 if let Some(on_progress) = self.progress.borrow().get(&id) {

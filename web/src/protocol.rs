@@ -68,6 +68,9 @@ pub enum FromWorker {
     /// A task's synonym index; its rows (`[words, hidden]`, unit length) come as a
     /// `Float32Array` beside the JSON.
     Neighbours { task: String, words: Vec<String>, hidden: usize },
+    /// One part of analysis `id` is done (`index` into its parts), before the answer: the page
+    /// shows the first verdicts while slower parts (IM-BERT on a software GPU) still compute.
+    PartAnalysed { id: u64, index: usize, analysis: Analysis, labels: Vec<String> },
     /// Answer to `Analyse`: one analysis per part, in order; `millis`: compute time in the worker.
     Analysed { id: u64, parts: Vec<Analysis>, labels: Vec<String>, millis: f64 },
     /// Answer to `Analyse` when a newer one arrived first.
@@ -94,6 +97,7 @@ impl FromWorker {
             | FromWorker::Loaded { .. }
             | FromWorker::Timing { .. }
             | FromWorker::Neighbours { .. }
+            | FromWorker::PartAnalysed { .. }
             | FromWorker::SearchProgress { .. } => None,
         }
     }
@@ -255,5 +259,11 @@ mod tests {
         assert_eq!(got.residuals[0].clean, [1.0, f32::NEG_INFINITY]);
         assert_eq!(got.clean, Verdict { probs: vec![0.25, 0.75], tokens: 5, truncated: false });
         assert_eq!(back.answers(), Some(9));
+        // A part done early is an event: the analysis it belongs to still waits for its answer.
+        let part =
+            FromWorker::PartAnalysed { id: 9, index: 0, analysis: got.clone(), labels: vec![] };
+        let back: FromWorker =
+            serde_json::from_str(&serde_json::to_string(&part).unwrap()).unwrap();
+        assert_eq!(back.answers(), None);
     }
 }

@@ -203,7 +203,13 @@ impl Worker {
             }
             labels = model.labels();
             let began = js::now_ms();
-            analyses.push(session::analyse(&session, &model, &part.spec, clean, perturbed).await?);
+            let analysis = session::analyse(&session, &model, &part.spec, clean, perturbed).await?;
+            if parts.len() > 1 {
+                let (index, labels) = (analyses.len(), labels.clone());
+                let analysis = (*analysis).clone();
+                self.post(&FromWorker::PartAnalysed { id, index, analysis, labels }, None);
+            }
+            analyses.push(analysis);
             let spec = part.spec.to_string();
             if !self.timed.borrow().contains(&spec) {
                 self.timing(format!("first analysis with {spec}"), js::now_ms() - began);

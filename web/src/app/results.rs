@@ -13,16 +13,26 @@ use crate::engine::{Analysis, Verdict};
 pub fn ResultsPanel(analyses: Analyses) -> impl IntoView {
     let key =
         move || analyses.shown.with(|r| r.as_ref().map(|r| r.key.clone()).unwrap_or_default());
+    // Before the first results: the parts done so far (`data-partial`: how many).
+    let partial =
+        move || analyses.shown.with(Option::is_none).then(|| analyses.first_parts.get()).flatten();
     view! {
-        <section id="results" data-key=key data-busy=move || analyses.busy().to_string()>
-            {move || analyses.shown.get().map(|results| view! {
-                <Verdicts results=results.clone() />
-                <p class="muted">
-                    {format!("computed in {:.0} ms (cached parts are instant)", results.millis)}
-                </p>
-                <DriftCharts results=results.clone() />
-                <ResidualChart results=results />
-            })}
+        <section id="results" data-key=key data-busy=move || analyses.busy().to_string()
+            data-partial=move || partial().map(|r| r.parts.len().to_string())>
+            {move || match analyses.shown.get() {
+                Some(results) => view! {
+                    <Verdicts results=results.clone() />
+                    <p class="muted">
+                        {format!("computed in {:.0} ms (cached parts are instant)", results.millis)}
+                    </p>
+                    <DriftCharts results=results.clone() />
+                    <ResidualChart results=results />
+                }.into_any(),
+                None => partial().map(|results| view! {
+                    <Verdicts results />
+                    <p class="muted">"computing the other parts…"</p>
+                }).into_any(),
+            }}
         </section>
     }
 }
