@@ -335,19 +335,11 @@ fn hf_normal<B: Backend, const D: usize>(
     device: &B::Device,
     init: Init,
 ) -> Param<Tensor<B, D>> {
-    let draw = move |device: &B::Device, require_grad: bool| {
-        let t = Tensor::random(shape, Distribution::Normal(0.0, std), device);
-        if require_grad {
-            t.require_grad()
-        } else {
-            t
-        }
-    };
+    let draw =
+        move |device: &B::Device| Tensor::random(shape, Distribution::Normal(0.0, std), device);
     match init {
-        Init::Eager => Param::from_tensor(draw(device, false)),
-        Init::Lazy => {
-            Param::uninitialized(ParamId::new(), draw, device.clone(), true, shape.into())
-        }
+        Init::Eager => Param::from_tensor(draw(device)),
+        Init::Lazy => lazy_param(shape, device, draw),
     }
 }
 
@@ -356,26 +348,30 @@ fn hf_normal<B: Backend, const D: usize>(
 fn hf_lazy_linear<B: Backend>(lin: Linear<B>, std: f64) -> Linear<B> {
     let device = lin.weight.lazy_device();
     let zeros = |b: Param<Tensor<B, 1>>| {
-        let [n] = b.lazy_shape().dims();
-        Param::uninitialized(
-            ParamId::new(),
-            move |device: &B::Device, require_grad: bool| {
-                let t = Tensor::zeros([n], device);
-                if require_grad {
-                    t.require_grad()
-                } else {
-                    t
-                }
-            },
-            device.clone(),
-            true,
-            [n].into(),
-        )
+        let shape = b.lazy_shape().dims();
+        lazy_param(shape, &device, move |device: &B::Device| Tensor::zeros(shape, device))
     };
     Linear {
         weight: hf_normal(lin.weight.lazy_shape().dims(), std, &device, Init::Lazy),
         bias: lin.bias.map(zeros),
     }
+}
+
+/// A trainable parameter of `shape` whose value `make` computes on first use.
+fn lazy_param<B: Backend, const D: usize>(
+    shape: [usize; D],
+    device: &B::Device,
+    make: impl Fn(&B::Device) -> Tensor<B, D> + Send + Sync + 'static,
+) -> Param<Tensor<B, D>> {
+    let init = move |device: &B::Device, require_grad: bool| {
+        let t = make(device);
+        if require_grad {
+            t.require_grad()
+        } else {
+            t
+        }
+    };
+    Param::uninitialized(ParamId::new(), init, device.clone(), true, shape.into())
 }
 
 fn dropout_forward<B: Backend, const D: usize>(x: Tensor<B, D>, p: f64) -> Tensor<B, D> {

@@ -43,23 +43,22 @@ pub struct Analyses {
     pub action: Action<Request, Outcome>,
     /// The latest finished results, kept on screen while newer ones compute.
     pub shown: Memo<Option<Arc<Results>>>,
-    /// The parts done so far of the page's first request, shown until its results are (on a
-    /// software GPU, BERT's verdict comes a minute before IM-BERT's). Its `key` is empty.
-    pub first_parts: RwSignal<Option<Arc<Results>>>,
+    /// The parts done so far of the latest request, as they come; the page shows them until its
+    /// first results (on a software GPU, BERT's verdict comes a minute before IM-BERT's). Their
+    /// `key` is empty.
+    pub parts_so_far: RwSignal<Option<Arc<Results>>>,
 }
 
 impl Analyses {
     /// The action for `demo`, dispatched whenever `request` changes.
     pub fn new(demo: Demo, request: Memo<Option<Request>>) -> Self {
-        let first_parts = RwSignal::new(None);
-        let finished_one = RwSignal::new(false);
+        let parts_so_far = RwSignal::new(None);
         let action = Action::new_local(move |wanted: &Request| {
             let wanted = wanted.clone();
             async move {
                 let current =
                     move |r: &Request| request.with_untracked(|now| now.as_ref() == Some(r));
-                let partial = (!finished_one.get_untracked()).then_some(first_parts);
-                match run(demo, &wanted, current, partial).await {
+                match run(demo, &wanted, current, parts_so_far).await {
                     Ok(Some(results)) => Outcome::Done(Arc::new(results)),
                     Ok(None) => Outcome::Superseded,
                     Err(e) => Outcome::Failed(e),
@@ -73,13 +72,10 @@ impl Analyses {
         });
         let shown =
             Memo::new(move |previous: Option<&Option<Arc<Results>>>| match action.value().get() {
-                Some(Outcome::Done(results)) => {
-                    finished_one.set(true);
-                    Some(results)
-                }
+                Some(Outcome::Done(results)) => Some(results),
                 _ => previous.cloned().flatten(),
             });
-        Self { action, shown, first_parts }
+        Self { action, shown, parts_so_far }
     }
 
     pub fn busy(&self) -> bool {
@@ -97,12 +93,12 @@ impl Analyses {
 
 /// Asks the worker to analyse the pair with each part (it downloads the bundles it lacks);
 /// `Ok(None)` once `current` says the request is no longer the page's, or the worker answered
-/// that a newer one superseded it. With `partial`, the parts done so far go there as they come.
+/// that a newer one superseded it. The parts done so far go to `partial` as they come.
 async fn run(
     demo: Demo,
     wanted: &Request,
     current: impl Fn(&Request) -> bool + Copy + 'static,
-    partial: Option<RwSignal<Option<Arc<Results>>>>,
+    partial: RwSignal<Option<Arc<Results>>>,
 ) -> Result<Option<Results>, String> {
     js::sleep(SETTLE_MS).await;
     let Some(started) = demo.session_untracked() else { return Ok(None) };
@@ -120,19 +116,17 @@ async fn run(
     let parts = assignments.iter().map(|a| Part { model: a.model, spec: a.spec.clone() }).collect();
     let id = started.inference.new_id();
     let (clean, perturbed) = (wanted.clean.clone(), wanted.perturbed.clone());
-    if let Some(partial) = partial {
-        let (wanted, assignments) = (wanted.clone(), assignments.clone());
-        let done = std::cell::RefCell::new(Vec::new());
-        started.inference.watch_parts(id, move |index, analysis, labels| {
-            let mut done = done.borrow_mut();
-            if index != done.len() || !current(&wanted) {
-                return;
-            }
-            done.push((assignments[index].clone(), Arc::new(analysis)));
-            let parts = done.clone();
-            partial.set(Some(Arc::new(Results { key: String::new(), parts, labels, millis: 0.0 })));
-        });
-    }
+    let (watched, assignments_seen) = (wanted.clone(), assignments.clone());
+    let done = std::cell::RefCell::new(Vec::new());
+    started.inference.watch_parts(id, move |index, analysis, labels| {
+        let mut done = done.borrow_mut();
+        if index != done.len() || !current(&watched) {
+            return;
+        }
+        done.push((assignments_seen[index].clone(), Arc::new(analysis)));
+        let parts = done.clone();
+        partial.set(Some(Arc::new(Results { key: String::new(), parts, labels, millis: 0.0 })));
+    });
     let request = ToWorker::Analyse { id, parts, clean, perturbed };
     let (analyses, labels, millis) = match started.inference.request(request).await {
         FromWorker::Analysed { parts, labels, millis, .. } => (parts, labels, millis),

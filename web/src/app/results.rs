@@ -15,7 +15,7 @@ pub fn ResultsPanel(analyses: Analyses) -> impl IntoView {
         move || analyses.shown.with(|r| r.as_ref().map(|r| r.key.clone()).unwrap_or_default());
     // Before the first results: the parts done so far (`data-partial`: how many).
     let partial =
-        move || analyses.shown.with(Option::is_none).then(|| analyses.first_parts.get()).flatten();
+        move || analyses.shown.with(Option::is_none).then(|| analyses.parts_so_far.get()).flatten();
     view! {
         <section id="results" data-key=key data-busy=move || analyses.busy().to_string()
             data-partial=move || partial().map(|r| r.parts.len().to_string())>
