@@ -121,6 +121,7 @@ T_SWEEP_LAYERS ?= all
 REPRODUCE := $(CARGO) run --release -p trainer --features openblas -- reproduce --data-dir $(DATA)
 reproduce: model
 	$(REPRODUCE) --preset sst2
+	$(REPRODUCE) --preset attack
 	$(REPRODUCE) --preset t-sweep $(if $(filter all,$(T_SWEEP_LAYERS)),,--im-layers $(T_SWEEP_LAYERS))
 	$(REPRODUCE) --preset low-resource
 

@@ -12,16 +12,22 @@ use burn::tensor::{ElementConversion, Tensor};
 use serde::{Deserialize, Serialize};
 use shared::BertClassifier;
 
+use crate::run::non_finite;
+
 /// L2 norms of one gradient, grouped by where the parameters live.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GradNorms {
     /// Word, position and token-type embeddings and their LayerNorm.
+    #[serde(deserialize_with = "non_finite::inf")]
     pub embeddings: f64,
     /// Each encoder layer's parameters, layer 0 first.
+    #[serde(deserialize_with = "non_finite::inf_each")]
     pub layers: Vec<f64>,
     /// Pooler and classifier.
+    #[serde(deserialize_with = "non_finite::inf")]
     pub head: f64,
     /// All parameters together (what `--max-grad-norm` clips).
+    #[serde(deserialize_with = "non_finite::inf")]
     pub total: f64,
 }
 
@@ -157,6 +163,27 @@ mod tests {
         let loss = logits.powi_scalar(2).sum();
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         (model, grads)
+    }
+
+    /// A norm that overflowed is written as JSON's null and read back as +inf, so that the
+    /// metrics of a run whose gradient blew up still load (block 1's paper-IM cell did this).
+    #[test]
+    fn an_overflowed_norm_survives_the_round_trip() {
+        let norms = GradNorms {
+            embeddings: f64::INFINITY,
+            layers: vec![f64::INFINITY, 2.0],
+            head: 1.0,
+            total: f64::INFINITY,
+        };
+        let text = serde_json::to_string(&norms).unwrap();
+        assert!(text.contains("null"), "{text}");
+        let back: GradNorms = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, norms);
+        assert_eq!(back.exploding(), ["embeddings", "layer 0"]);
+        let metrics = r#"{"epoch":1,"step":2,"train_loss":null,"val_loss":null,"val_accuracy":0.5,
+            "lr":1e-5,"examples_per_sec":1.0,"elapsed_s":1.0,"best":false}"#;
+        let m: crate::run::EpochMetrics = serde_json::from_str(metrics).unwrap();
+        assert!(m.train_loss.is_nan() && m.val_loss.is_nan());
     }
 
     /// The parts add up to the total, and each part equals the norm computed by hand from its

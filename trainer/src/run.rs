@@ -56,6 +56,26 @@ impl AdvKind {
     }
 }
 
+/// serde_json writes a non-finite `f64` as `null`. These read it back as NaN (a loss) or as
+/// +inf (a gradient norm that overflowed, as the exact IM gradient's does), so that the files of
+/// a run that blew up still load and say so.
+pub(crate) mod non_finite {
+    use serde::{Deserialize, Deserializer};
+
+    pub fn nan<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
+    }
+
+    pub fn inf<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::INFINITY))
+    }
+
+    pub fn inf_each<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<f64>, D::Error> {
+        let values = Vec::<Option<f64>>::deserialize(deserializer)?;
+        Ok(values.into_iter().map(|v| v.unwrap_or(f64::INFINITY)).collect())
+    }
+}
+
 /// A connection in `config.json`: its canonical spec text, which run names are made from.
 mod spec_text {
     use serde::{Deserialize, Deserializer, Serializer};
@@ -210,7 +230,9 @@ impl Bounds {
 pub struct EpochMetrics {
     pub epoch: usize,
     pub step: usize,
+    #[serde(deserialize_with = "non_finite::nan")]
     pub train_loss: f64,
+    #[serde(deserialize_with = "non_finite::nan")]
     pub val_loss: f64,
     pub val_accuracy: f64,
     /// Share of the validation examples with the most common label (what always guessing it

@@ -8,6 +8,8 @@
 //! (so a fresh clone resumes from the repository), a half-trained one continues from its
 //! checkpoint.
 
+mod attack_block;
+mod attack_report;
 mod cell;
 mod presets;
 
@@ -53,6 +55,10 @@ pub struct ReproduceArgs {
     /// flag; specs contain commas).
     #[arg(long = "connection")]
     pub connections: Vec<String>,
+    /// `attack`: block 1's grid directory, whose models are attacked (default: runs/sst2, or
+    /// runs/sst2-smoke with --smoke); its summaries are read from `--results` as for block 1.
+    #[arg(long)]
+    pub victims: Option<PathBuf>,
     /// The T sweep's layer range (`t-sweep`: the best layer group of the sst2 grid; default all).
     #[arg(long = "im-layers")]
     pub im_layers: Option<String>,
@@ -115,6 +121,9 @@ impl Layout {
 
 pub fn run(args: ReproduceArgs) -> Result<()> {
     let layout = Layout::of(&args);
+    if args.preset == Preset::Attack {
+        return attack_block::run(&args, &layout);
+    }
     let grid = grid_of(&args)?;
     let shared = Shared {
         model: args.model.clone(),

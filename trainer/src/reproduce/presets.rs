@@ -1,7 +1,7 @@
 //! The grids `reproduce` knows: which tasks, which (connection, adversarial training) arms, which
 //! seeds, how much data and which learning rates each preset stands for.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use shared::data::Task;
 use shared::ConnectionSpec;
@@ -20,6 +20,9 @@ pub enum Preset {
     LowResource,
     /// Table 1: all tasks, BERT / EX-BERT / the paper's IM-BERT, full training data, one seed.
     Table1,
+    /// Block 4 (Table 4): TextFooler against block 1's BERT and recommended IM-BERT on all
+    /// layers, on SST-2 dev and IMDB (`attack_block.rs`). Not a training grid: it needs block 1.
+    Attack,
     /// IM on all layers, each training-gradient choice (exact, detached, frozen) with the paper's
     /// fixed step and with backtracking (SST-2 low-resource, seed 0; docs/numerics.md).
     GradientStudy,
@@ -81,7 +84,7 @@ fn arm(spec: &str, adv: &'static str) -> Result<Arm> {
 }
 
 /// The recommended IM (`shared::RECOMMENDED_IM`) with `T` and the layer range replaced.
-fn recommended_im(iterations: Option<usize>, layers: Option<&str>) -> Result<String> {
+pub(super) fn recommended_im(iterations: Option<usize>, layers: Option<&str>) -> Result<String> {
     Ok(ConnectionSpec::parse(shared::RECOMMENDED_IM)?
         .with_flags(iterations, None, layers)?
         .to_spec_string())
@@ -163,6 +166,7 @@ impl Grid {
                 epochs: 3,
                 clean_sample: None,
             },
+            Preset::Attack => bail!("the attack block trains nothing: it attacks block 1's models"),
             Preset::GradientStudy => {
                 // Cheapest first; the exact gradient at the fixed step (known to stay at chance,
                 // docs/numerics.md) last. Its committed runs used `--lrs 1e-4`.
@@ -243,7 +247,8 @@ mod tests {
         assert!(!table1.searches_lr());
         let study = Grid::of(Preset::GradientStudy, 6, None).unwrap();
         assert_eq!((study.arms.len(), study.lrs.as_slice()), (6, [1e-4].as_slice()));
-        for preset in Preset::value_variants() {
+        assert!(Grid::of(Preset::Attack, 6, None).is_err(), "the attack block is no grid");
+        for preset in Preset::value_variants().iter().filter(|p| **p != Preset::Attack) {
             for a in Grid::of(*preset, 6, None).unwrap().arms {
                 let canonical = ConnectionSpec::parse(&a.connection).unwrap().to_spec_string();
                 assert_eq!(canonical, a.connection, "the cell's name is its canonical spec");

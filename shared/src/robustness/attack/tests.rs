@@ -253,6 +253,29 @@ fn long_inputs_are_cut_to_the_position_embeddings() {
     assert_ne!(r.status, AttackStatus::Skipped);
 }
 
+/// Words past the model's window are neither queried nor replaced: two texts that differ only
+/// there get the same attack, query for query.
+#[test]
+fn words_past_the_window_are_not_attacked() {
+    let f = fixture("window");
+    let config = AttackConfig { max_len: 11, max_queries: 400, max_perturb_ratio: 1.0, ..config() };
+    let attacker = TextFooler::new(&f.model, &f.tokenizer, &f.neighbours, config).unwrap();
+    // Nine words, one token each: [CLS], these and [SEP] fill the 11 positions.
+    let seen = "the film is good and the acting is superb";
+    let attack = |tail: &str| {
+        let text = format!("{seen} {tail}");
+        let p = attacker.probabilities(&[(text.clone(), None)]).unwrap().remove(0);
+        attacker.attack(&Example { idx: 0, text_a: text, text_b: None, label: argmax(&p) }).unwrap()
+    };
+    let short = attack("dull story");
+    let long = attack("dull story , bad acting , sad music , a boring and slow plot");
+    assert_ne!(short.status, AttackStatus::Skipped);
+    assert_eq!(short.queries, long.queries, "{short:?}\n{long:?}");
+    assert_eq!(short.substitutions, long.substitutions);
+    let seen_words = seen.split_whitespace().count();
+    assert!(long.substitutions.iter().all(|s| s.word < seen_words), "{long:?}");
+}
+
 #[test]
 fn summary_of_nothing_has_no_ratios() {
     let s = AttackSummary::from_results(&[]);

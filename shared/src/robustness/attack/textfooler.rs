@@ -107,8 +107,21 @@ impl<'a, B: Backend> TextFooler<'a, B> {
         self.config.max_queries.saturating_sub(queries)
     }
 
-    /// Step 1: the words that have candidates at all, most important first, importance being
-    /// the drop of `P_label` when the word is deleted (one query per word, within the budget).
+    /// Bytes of the attacked text that the model reads at `max_len` tokens. A word past them
+    /// cannot move the prediction, so querying it would only spend the budget (most of an IMDB
+    /// review lies past 128 tokens). `visible_len` measures a pair's second text, so the first
+    /// text of a pair counts as read whole.
+    fn visible_end(&self, target: &Target) -> Result<usize, Error> {
+        if target.field == PairField::TextA && target.context.is_some() {
+            return Ok(target.text.len());
+        }
+        let (a, b) = target.item(target.text);
+        self.tokenizer.visible_len((&a, b.as_deref()), self.config.max_len)
+    }
+
+    /// Step 1: the words the model reads that have candidates at all, most important first,
+    /// importance being the drop of `P_label` when the word is deleted (one query per word,
+    /// within the budget).
     fn rank_by_importance(
         &self,
         target: &Target,
@@ -116,7 +129,9 @@ impl<'a, B: Backend> TextFooler<'a, B> {
         result: &mut AttackResult,
     ) -> Result<Vec<usize>, Error> {
         let label = result.label;
+        let visible = self.visible_end(target)?;
         let mut scored: Vec<usize> = (0..words.len())
+            .filter(|&i| target.spans[i].core.start < visible)
             .filter(|&i| is_substitutable(&words[i]) && self.neighbours.contains(&words[i]))
             .collect();
         scored.truncate(self.budget(result.queries));

@@ -1,0 +1,224 @@
+//! Block 4's tables from the committed attack summaries alone: one row per (set, model), mean ±
+//! sample standard deviation over block 1's seeds, beside the model's clean accuracy.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::attack_block::{AttackRecord, SETS};
+use crate::report::Stat;
+use crate::run;
+
+/// One (set, model) row.
+#[derive(Debug, Serialize)]
+pub struct AttackGroup {
+    pub set: String,
+    pub connection: String,
+    pub adv: String,
+    pub seeds: Vec<u64>,
+    /// Examples attacked per seed.
+    pub examples: usize,
+    /// Any of its models near chance on clean data (block 1's evaluation).
+    pub did_not_learn: bool,
+    /// All in percent.
+    pub victim_dev_accuracy: Option<Stat>,
+    pub original_accuracy: Option<Stat>,
+    pub accuracy_under_attack: Option<Stat>,
+    pub attack_success_rate: Option<Stat>,
+    pub perturbed_word_pct: Option<Stat>,
+    pub queries: Option<Stat>,
+    pub seconds_per_example: Option<Stat>,
+}
+
+/// The summaries in `dir` (not its `partial/` attacks in progress), in block order.
+pub fn load(dir: &Path) -> Result<Vec<AttackRecord>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()
+        .with_context(|| format!("reading {}", dir.display()))?;
+    paths.retain(|p| p.extension().is_some_and(|e| e == "json"));
+    paths.sort();
+    let mut records: Vec<AttackRecord> =
+        paths.iter().map(|p| run::read_json(p)).collect::<Result<_>>()?;
+    let set_rank = |name: &str| SETS.iter().position(|s| s.name == name).unwrap_or(SETS.len());
+    // BERT before IM, then by seed.
+    records
+        .sort_by_key(|r| (set_rank(&r.set), r.connection != "bert", r.connection.clone(), r.seed));
+    Ok(records)
+}
+
+pub fn groups(records: &[AttackRecord]) -> Vec<AttackGroup> {
+    let mut groups: Vec<(String, String, String, Vec<&AttackRecord>)> = Vec::new();
+    for r in records {
+        match groups.iter_mut().find(|g| (&g.0, &g.1, &g.2) == (&r.set, &r.connection, &r.adv)) {
+            Some(g) => g.3.push(r),
+            None => groups.push((r.set.clone(), r.connection.clone(), r.adv.clone(), vec![r])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(set, connection, adv, rs)| {
+            let stat = |f: &dyn Fn(&AttackRecord) -> Option<f64>| {
+                Stat::of(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+            };
+            AttackGroup {
+                set,
+                connection,
+                adv,
+                seeds: rs.iter().map(|r| r.seed).collect(),
+                examples: rs.iter().map(|r| r.summary.total).max().unwrap_or(0),
+                did_not_learn: rs.iter().any(|r| r.victim_did_not_learn),
+                victim_dev_accuracy: stat(&|r| r.victim_dev_accuracy.map(|a| 100.0 * a)),
+                original_accuracy: stat(&|r| r.summary.original_accuracy),
+                accuracy_under_attack: stat(&|r| r.summary.accuracy_under_attack),
+                attack_success_rate: stat(&|r| r.summary.attack_success_rate),
+                perturbed_word_pct: stat(&|r| r.summary.avg_perturbed_word_pct),
+                queries: stat(&|r| r.summary.avg_queries),
+                seconds_per_example: stat(&|r| {
+                    (r.summary.total > 0).then(|| r.elapsed_s / r.summary.total as f64)
+                }),
+            }
+        })
+        .collect()
+}
+
+fn cell(stat: &Option<Stat>, decimals: usize) -> String {
+    match stat {
+        Some(Stat { mean, std: Some(std), .. }) => format!("{mean:.decimals$} ± {std:.decimals$}"),
+        Some(Stat { mean, .. }) => format!("{mean:.decimals$}"),
+        None => "–".into(),
+    }
+}
+
+pub fn markdown(records: &[AttackRecord], groups: &[AttackGroup]) -> String {
+    let mut md = String::new();
+    writeln!(md, "# Block 4: TextFooler against block 1's models (the paper's Table 4)\n").ok();
+    if let Some(config) = records.first().map(|r| &r.config) {
+        writeln!(
+            md,
+            "TextFooler as `trainer attack` runs it: the words the model reads ({} tokens) ranked \
+             by the drop of the true label's probability when deleted, each replaced by the one \
+             of its {} nearest embedding neighbours (cosine ≥ {}) that flips the prediction or \
+             lowers that probability most; at most {:.0}% of the words and {} queries per \
+             example. Skipped: examples the model got wrong before the attack.\n",
+            config.max_len,
+            config.k,
+            config.min_cosine,
+            100.0 * config.max_perturb_ratio,
+            config.max_queries
+        )
+        .ok();
+    }
+    writeln!(
+        md,
+        "The models are block 1's SST-2 models (its cells, same seeds); IMDB reviews are read by \
+         the same SST-2 models (no IMDB training split is available here). Percentages, mean ± \
+         sample std over the seeds. Clean accuracy: SST-2 dev (872 sentences), from block 1; \
+         original accuracy: on the attacked examples before the attack.\n"
+    )
+    .ok();
+    writeln!(
+        md,
+        "| set | model | seeds | examples | SST-2 dev acc (clean) | original acc | acc under \
+         attack | attack success | perturbed words | queries | s / example |"
+    )
+    .ok();
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|").ok();
+    for g in groups {
+        let model = if g.adv == "none" {
+            g.connection.clone()
+        } else {
+            format!("{} + {}", g.connection, g.adv)
+        };
+        let flag = if g.did_not_learn { "⚠ did not learn: " } else { "" };
+        let seeds: Vec<String> = g.seeds.iter().map(u64::to_string).collect();
+        writeln!(
+            md,
+            "| {} | {flag}`{model}` | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            g.set,
+            seeds.join(", "),
+            g.examples,
+            cell(&g.victim_dev_accuracy, 1),
+            cell(&g.original_accuracy, 1),
+            cell(&g.accuracy_under_attack, 1),
+            cell(&g.attack_success_rate, 1),
+            cell(&g.perturbed_word_pct, 1),
+            cell(&g.queries, 0),
+            cell(&g.seconds_per_example, 2),
+        )
+        .ok();
+    }
+    let retrained: Vec<&AttackRecord> = records.iter().filter(|r| r.retrained.is_some()).collect();
+    if !retrained.is_empty() {
+        writeln!(
+            md,
+            "\nModels trained again from their committed config (no run directory was left):\n"
+        )
+        .ok();
+        for r in retrained {
+            if let Some(check) = &r.retrained {
+                writeln!(
+                    md,
+                    "- {}: best validation loss {:.6} committed, {:.6} retrained",
+                    r.victim, check.committed_val_loss, check.retrained_val_loss
+                )
+                .ok();
+            }
+        }
+    }
+    md
+}
+
+/// One row per attack.
+pub fn csv(records: &[AttackRecord]) -> String {
+    let mut out = String::from(
+        "set,victim,connection,adv,seed,examples,victim_dev_accuracy,original_accuracy,\
+         accuracy_under_attack,attack_success_rate,perturbed_word_pct,queries,elapsed_s\n",
+    );
+    let num = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v}"));
+    for r in records {
+        let s = &r.summary;
+        writeln!(
+            out,
+            "{},{},\"{}\",{},{},{},{},{},{},{},{},{},{}",
+            r.set,
+            r.victim,
+            r.connection,
+            r.adv,
+            r.seed,
+            s.total,
+            num(r.victim_dev_accuracy),
+            num(s.original_accuracy),
+            num(s.accuracy_under_attack),
+            num(s.attack_success_rate),
+            num(s.avg_perturbed_word_pct),
+            num(s.avg_queries),
+            r.elapsed_s
+        )
+        .ok();
+    }
+    out
+}
+
+/// Writes report.md, report.csv and report.json (the groups) into `out`.
+pub fn write(summaries: &Path, out: &Path) -> Result<()> {
+    let records = load(summaries)?;
+    let groups = groups(&records);
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let files = [
+        ("report.md", markdown(&records, &groups)),
+        ("report.csv", csv(&records)),
+        ("report.json", serde_json::to_string_pretty(&groups).context("serialising the groups")?),
+    ];
+    for (name, text) in files {
+        let path = out.join(name);
+        shared::io::atomic::write_atomic(&path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    println!("{} attacks in {} rows", records.len(), groups.len());
+    Ok(())
+}
