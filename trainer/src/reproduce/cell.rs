@@ -69,6 +69,11 @@ pub fn ensure(
         println!("{progress}: summary in {}", summary_path.display());
         return run::read_json(summary_path);
     }
+    if let Some((from, summary)) = identical_elsewhere(shared, cell, summary_path)? {
+        run::write_json(summary_path, &summary)?;
+        println!("{progress}: the same run as {}: its summary is reused", from.display());
+        return Ok(summary);
+    }
     let dir = runs.join(cell.name(shared.lr_in_name));
     let context = || format!("grid cell {}", cell.name(shared.lr_in_name));
     if !(dir.join("done").exists() && dir.join("eval.json").exists()) {
@@ -89,6 +94,47 @@ pub fn ensure(
     run::write_json(summary_path, &summary)?;
     println!("{progress}: summary written to {}", summary_path.display());
     Ok(summary)
+}
+
+/// The summary another grid committed of this very run (block 2's T = 5 is block 1's
+/// recommended IM on all layers): the same file name under `<results>/<other grid>/`, whose
+/// config equals the one this cell would train, apart from the command and the directory that
+/// started it.
+fn identical_elsewhere(
+    shared: &Shared,
+    cell: &Cell,
+    summary_path: &Path,
+) -> Result<Option<(PathBuf, RunSummary)>> {
+    // <results>/<grid>/[lr-search/]<cell>.json
+    let (Some(file), Some(mut grid)) = (summary_path.file_name(), summary_path.parent()) else {
+        return Ok(None);
+    };
+    let mut relative = PathBuf::from(file);
+    if grid.file_name().is_some_and(|n| n == "lr-search") {
+        relative = Path::new("lr-search").join(file);
+        grid = grid.parent().unwrap_or(grid);
+    }
+    let (Some(results), Some(grid_name)) = (grid.parent(), grid.file_name()) else {
+        return Ok(None);
+    };
+    let Ok(entries) = std::fs::read_dir(results) else { return Ok(None) };
+    let mut others: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name() != Some(grid_name))
+        .map(|p| p.join(&relative))
+        .filter(|p| p.is_file())
+        .collect();
+    others.sort();
+    let normalised =
+        |c: &RunConfig| RunConfig { command: String::new(), started_in: None, ..c.clone() };
+    let wanted = normalised(&config_of(shared, cell)?);
+    for path in others {
+        let summary: RunSummary = run::read_json(&path)?;
+        if normalised(&summary.config) == wanted {
+            return Ok(Some((path, summary)));
+        }
+    }
+    Ok(None)
 }
 
 fn train_and_evaluate<B: Backend>(
@@ -209,4 +255,60 @@ fn parse_as_cli<A: clap::Args + clap::FromArgMatches>(flags: &[String]) -> Resul
         inner: A,
     }
     Ok(Wrapper::<A>::try_parse_from(flags)?.inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run another grid committed is reused only when its config is this cell's.
+    #[test]
+    fn a_cell_reuses_only_an_identical_run_of_another_grid() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let shared = Shared {
+            model: repo.join("tests/fixtures/tiny-bert"),
+            data_dir: shared::data::test_data::fixtures_dir(),
+            samples: (Some(32), Some(16)),
+            epochs: 1,
+            max_steps: Some(2),
+            max_grad_norm: 0.0,
+            eval_limit: None,
+            clean_sample: None,
+            backend: BackendKind::Ndarray,
+            command: "trainer reproduce --preset t-sweep".into(),
+            lr_in_name: true,
+            smoke: false,
+        };
+        let arm = Arm { connection: "im:T=1,gamma=0.1".into(), adv: "none" };
+        let cell = Cell { task: Task::Sst2, arm, seed: 0, lr: 1e-4 };
+        let results = repo.join("target/test-artifacts/trainer/reuse-identical");
+        let _ = std::fs::remove_dir_all(&results);
+        let name = format!("{}.json", cell.name(true));
+        let committed = |path: &Path, config: RunConfig| {
+            let summary = RunSummary {
+                name: cell.name(true),
+                config,
+                metrics: Vec::new(),
+                train_seconds: 1.0,
+                im_residuals: None,
+                eval: serde_json::Value::Null,
+                probe: None,
+            };
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            run::write_json(path, &summary).unwrap();
+        };
+        let mut config = config_of(&shared, &cell).unwrap();
+        config.command = "trainer reproduce --preset sst2 (cell ...)".into();
+        config.started_in = Some("/elsewhere".into());
+        for relative in [name.clone(), format!("lr-search/{name}")] {
+            let other = results.join("sst2").join(&relative);
+            committed(&other, config.clone());
+            let here = results.join("t-sweep").join(&relative);
+            let found = identical_elsewhere(&shared, &cell, &here).unwrap();
+            assert_eq!(found.map(|(p, _)| p), Some(other.clone()), "{relative}");
+            // Another setting (here the seed of the data split) is another run.
+            committed(&other, RunConfig { seed: 1, ..config.clone() });
+            assert!(identical_elsewhere(&shared, &cell, &here).unwrap().is_none());
+        }
+    }
 }
