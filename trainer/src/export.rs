@@ -94,6 +94,8 @@ pub fn run(args: ExportArgs) -> Result<()> {
         );
     }
     let (card, bytes) = export_web(&args, &bundle_dir)?;
+    let architecture =
+        shared::BertConfig::from_file(&bundle_dir.join("config.json"))?.architecture();
     let index_path = args.site.join(INDEX_FILE);
     let mut index: SiteIndex = if index_path.exists() {
         run::read_json(&index_path)
@@ -106,6 +108,7 @@ pub fn run(args: ExportArgs) -> Result<()> {
         path: format!("{}/", args.name),
         task: card.task.clone(),
         connection: card.connection.clone(),
+        architecture,
         labels: card.labels.clone(),
         bytes,
         metrics: card.metrics.clone(),

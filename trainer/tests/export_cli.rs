@@ -129,6 +129,7 @@ fn export_reloads_within_tolerance_and_upserts_the_index() {
     assert_eq!(a["path"], "tiny-a/");
     assert_eq!(a["task"], "mnli");
     assert_eq!(a["connection"], "bert");
+    assert_eq!(a["architecture"], "bert");
     assert_eq!(a["labels"].as_array().unwrap().len(), 3);
     let total: u64 =
         std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();

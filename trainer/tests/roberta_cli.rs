@@ -48,6 +48,9 @@ fn a_roberta_checkpoint_goes_through_every_subcommand() {
     ok(trainer(&export, &[]));
     let bundle = WebBundle::from_dir(&site.join("r")).unwrap();
     assert_eq!(bundle.config.model_type, "roberta");
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.join("index.json")).unwrap()).unwrap();
+    assert_eq!(index["models"][0]["architecture"], "roberta", "the page names its parts RoBERTa");
     type Cpu = burn::backend::NdArray<f32>;
     let device = Default::default();
     let web = bundle.classifier::<Cpu>(&device).unwrap();

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 pub use shared::io::bundle::IndexEntry;
+use shared::model::config::Architecture;
 use shared::{Connection, ConnectionSpec, ImplicitEuler};
 
 /// `models/index.json`, written by `trainer export --web --site DIR`.
@@ -24,12 +25,14 @@ pub enum Role {
 impl Role {
     pub const ALL: [Role; 3] = [Role::Bert, Role::Ex, Role::Im];
 
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Bert => "BERT",
-            Role::Ex => "EX-BERT",
-            Role::Im => "IM-BERT",
-        }
+    /// The part's name in `family`: `EX-BERT`, `IM-RoBERTa`.
+    pub fn name(self, family: Architecture) -> String {
+        let prefix = match self {
+            Role::Bert => "",
+            Role::Ex => "EX-",
+            Role::Im => "IM-",
+        };
+        format!("{prefix}{}", family.family())
     }
 
     /// CSS class and DOM key.
@@ -61,6 +64,15 @@ pub struct Assignment {
     pub spec: ConnectionSpec,
     /// Set when the bundle was trained with another connection.
     pub borrowed_from: Option<String>,
+    /// The bundle's model family, which names the part.
+    pub family: Architecture,
+}
+
+impl Assignment {
+    /// `IM-BERT`, or `IM-RoBERTa` when a RoBERTa bundle plays the part.
+    pub fn name(&self) -> String {
+        self.role.name(self.family)
+    }
 }
 
 /// Tasks that have at least one model, in index order.
@@ -99,9 +111,13 @@ pub fn assign(index: &ModelIndex, task: &str) -> Result<Vec<Assignment>, String>
     Ok(Role::ALL
         .into_iter()
         .map(|role| match candidates.iter().find(|(_, s)| role.matches(&s.connection)) {
-            Some((i, spec)) => {
-                Assignment { role, model: *i, spec: spec.clone(), borrowed_from: None }
-            }
+            Some((i, spec)) => Assignment {
+                role,
+                model: *i,
+                spec: spec.clone(),
+                borrowed_from: None,
+                family: index.models[*i].architecture,
+            },
             None => {
                 let connection = match role {
                     Role::Bert => Connection::Monotone,
@@ -113,6 +129,7 @@ pub fn assign(index: &ModelIndex, task: &str) -> Result<Vec<Assignment>, String>
                     model: fallback.0,
                     spec: ConnectionSpec { connection, layers: None },
                     borrowed_from: Some(index.models[fallback.0].id.clone()),
+                    family: index.models[fallback.0].architecture,
                 }
             }
         })
@@ -144,6 +161,7 @@ mod tests {
                     path: format!("{id}/"),
                     task: task.to_string(),
                     connection: connection.to_string(),
+                    architecture: Architecture::Bert,
                     labels: vec![],
                     bytes: 0,
                     metrics: BTreeMap::new(),
@@ -171,6 +189,23 @@ mod tests {
         assert_eq!(roles[1].spec.connection, Connection::Explicit);
         assert_eq!(roles[1].borrowed_from.as_deref(), Some("b"));
         assert_eq!(tasks(&idx), ["sst2", "rte"]);
+    }
+
+    /// A RoBERTa bundle's parts are RoBERTa, EX-RoBERTa and IM-RoBERTa, also when it lends
+    /// its weights; an index written before the field holds BERT models.
+    #[test]
+    fn parts_are_named_after_their_bundles_family() {
+        let mut idx = index(&[("r", "sst2", "bert"), ("i", "sst2", "im")]);
+        idx.models[0].architecture = Architecture::Roberta;
+        let names: Vec<String> = assign(&idx, "sst2").unwrap().iter().map(|a| a.name()).collect();
+        assert_eq!(names, ["RoBERTa", "EX-RoBERTa", "IM-BERT"]);
+        let old: ModelIndex = serde_json::from_str(
+            r#"{"models": [{"id": "b", "path": "b/", "task": "sst2", "connection": "bert"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(old.models[0].architecture, Architecture::Bert);
+        let written = serde_json::to_string(&idx).unwrap();
+        assert!(written.contains(r#""architecture":"roberta""#), "{written}");
     }
 
     #[test]

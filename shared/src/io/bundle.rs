@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::io::checkpoint::{self, LoadReport};
 use crate::io::quantize::{dequantize_safetensors, WEB_WEIGHTS_FILE};
 use crate::io::tensor_file::HostTensor;
+use crate::model::config::Architecture;
 use crate::{BertClassifier, BertConfig, BertTokenizer, ConnectionSpec, Error};
 
 /// The model card's file name, next to the weights (finetune's `best/`, a bundle).
@@ -35,6 +36,10 @@ pub struct IndexEntry {
     pub task: String,
     /// The connection it was trained with, as a spec (`bert`, `im:T=5,gamma=0.1,layers=3-5`).
     pub connection: String,
+    /// The model family (`bert`, `roberta`), which names the page's parts (EX-RoBERTa); indexes
+    /// written before it was recorded hold BERT models.
+    #[serde(default)]
+    pub architecture: Architecture,
     #[serde(default)]
     pub labels: Vec<String>,
     /// Total size of the bundle's files (what the browser downloads; the cache key).

@@ -21,9 +21,11 @@ pub const MAX_LABELS: usize = 1 << 16;
 
 /// The two model families with BERT's layer: they differ only in the embeddings' position ids,
 /// the classification head and the HF weight names, so one model type serves both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Architecture {
     /// HF `BertForSequenceClassification`: pooler (dense + tanh on [CLS]), then the classifier.
+    #[default]
     Bert,
     /// HF `RobertaForSequenceClassification`: position ids count from `pad_token_id + 1` and
     /// skip padding; one token type; the head is dense + tanh + out_proj on `<s>`, no pooler.
@@ -31,6 +33,14 @@ pub enum Architecture {
 }
 
 impl Architecture {
+    /// The family's name for people: `BERT`, `RoBERTa` (the demo's EX-RoBERTa and IM-RoBERTa).
+    pub fn family(self) -> &'static str {
+        match self {
+            Self::Bert => "BERT",
+            Self::Roberta => "RoBERTa",
+        }
+    }
+
     /// The prefix of the encoder's HF weight names.
     pub fn prefix(self) -> &'static str {
         match self {

@@ -235,7 +235,7 @@ pub fn ModelCards() -> impl IntoView {
                 match &a.borrowed_from {
                     None => format!(
                         "{}: {} (trained as {}): {}",
-                        a.role.name(),
+                        a.name(),
                         entry.id,
                         entry.connection,
                         entry.metrics_summary()
@@ -243,8 +243,8 @@ pub fn ModelCards() -> impl IntoView {
                     Some(from) => format!(
                         "{}: no {} model for this task; {from}'s weights run with the {} \
                          connection (not trained with it)",
-                        a.role.name(),
-                        a.role.name(),
+                        a.name(),
+                        a.name(),
                         a.spec.connection.short_name()
                     ),
                 }

@@ -44,7 +44,7 @@ fn Verdicts(results: std::sync::Arc<Results>) -> impl IntoView {
         let flipped = analysis.flipped();
         view! {
             <div class="part">
-                <h3 class=role.key()>{role.name()}
+                <h3 class=role.key()>{assignment.name()}
                     <span class="spec">{assignment.spec.to_spec_string()}</span>
                     <span class="flip" data-flipped=flipped.to_string()>
                         {if flipped { "verdict flipped" } else { "verdict held" }}
@@ -105,7 +105,7 @@ fn DriftCharts(results: std::sync::Arc<Results>) -> impl IntoView {
             .parts
             .iter()
             .map(|(a, analysis)| Series {
-                name: a.role.name().into(),
+                name: a.name(),
                 class: a.role.key(),
                 dashed: false,
                 points: indexed(pick(analysis)),

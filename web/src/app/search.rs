@@ -20,8 +20,15 @@ fn config() -> FlipSearchConfig {
 #[derive(Debug, Clone, PartialEq)]
 enum SearchState {
     Idle,
-    Running { role: Role, progress: FlipProgress },
-    Finished { role: Role, outcome: FlipOutcome },
+    /// `name`: the part searched against (`BERT`, `IM-RoBERTa`).
+    Running {
+        name: String,
+        progress: FlipProgress,
+    },
+    Finished {
+        name: String,
+        outcome: FlipOutcome,
+    },
     Failed(String),
 }
 
@@ -42,9 +49,8 @@ impl SearchState {
     fn message(&self) -> String {
         match self {
             SearchState::Idle => String::new(),
-            SearchState::Running { role, progress } => format!(
-                "searching for an edit that flips {}: {} of {} queries{}",
-                role.name(),
+            SearchState::Running { name, progress } => format!(
+                "searching for an edit that flips {name}: {} of {} queries{}",
                 progress.queries,
                 progress.max_queries,
                 match progress.edits {
@@ -52,22 +58,22 @@ impl SearchState {
                     n => format!(", trying {n} edit(s)"),
                 }
             ),
-            SearchState::Finished { role, outcome } => {
-                let (role, q) = (role.name(), outcome.queries);
+            SearchState::Finished { name, outcome } => {
+                let q = outcome.queries;
                 match (outcome.status, &outcome.best) {
                     (FlipStatus::Flipped, Some(best)) => format!(
-                        "{} edit(s) flip {role} ({q} queries): loaded below; the verdicts show \
+                        "{} edit(s) flip {name} ({q} queries): loaded below; the verdicts show \
                          whether the other models flip too",
                         best.num_edits
                     ),
                     (FlipStatus::Cancelled, _) => format!("cancelled after {q} queries"),
                     (FlipStatus::NothingToEdit, _) => "nothing in this text can be edited".into(),
                     (_, Some(best)) => format!(
-                        "no edit within the budget flips {role} ({q} queries); the closest \
+                        "no edit within the budget flips {name} ({q} queries); the closest \
                          ({} edit(s)) is loaded below",
                         best.num_edits
                     ),
-                    (_, None) => format!("no edit flips {role} ({q} queries)"),
+                    (_, None) => format!("no edit flips {name} ({q} queries)"),
                 }
             }
             SearchState::Failed(e) => format!("the search failed: {e}"),
@@ -82,21 +88,31 @@ pub fn FlipSearchPanel() -> impl IntoView {
     let state = RwSignal::new(SearchState::Idle);
     // The worker's id of the latest search: only it reports, even when cancelled.
     let latest = StoredValue::new(None::<u64>);
+    // The part's name for the buttons and messages (IM-RoBERTa on a RoBERTa bundle).
+    let name_of = move |role: Role| {
+        let roles = demo.roles().unwrap_or_default();
+        roles
+            .iter()
+            .find(|a| a.role == role)
+            .map_or_else(|| role.name(Default::default()), |a| a.name())
+    };
     let start = move |role: Role| {
         let Some(started) = demo.session_untracked() else { return };
+        let name = untrack(|| name_of(role));
         let id = started.inference.new_id();
         latest.set_value(Some(id));
         // Running at once, so that Cancel is live before the first batch.
         let max_queries = config().max_queries;
         let progress = FlipProgress { queries: 0, max_queries, edits: 0, lowest_probability: None };
-        state.set(SearchState::Running { role, progress });
+        state.set(SearchState::Running { name: name.clone(), progress });
+        let watched = name.clone();
         started.inference.watch_search(id, move |progress| {
             if latest.get_value() == Some(id) {
-                state.set(SearchState::Running { role, progress });
+                state.set(SearchState::Running { name: watched.clone(), progress });
             }
         });
         leptos::task::spawn_local(async move {
-            let result = search(demo, id, role).await;
+            let result = search(demo, id, role, name).await;
             if latest.get_value() == Some(id) {
                 state.set(result.unwrap_or_else(SearchState::Failed));
             }
@@ -112,9 +128,13 @@ pub fn FlipSearchPanel() -> impl IntoView {
     view! {
         <div class="search">
             <button data-search="bert" disabled=move || !ready() || running()
-                on:click=move |_| start(Role::Bert)>"Find an edit that fools BERT"</button>
+                on:click=move |_| start(Role::Bert)>
+                {move || format!("Find an edit that fools {}", name_of(Role::Bert))}
+            </button>
             <button data-search="im" disabled=move || !ready() || running()
-                on:click=move |_| start(Role::Im)>"…that fools IM-BERT"</button>
+                on:click=move |_| start(Role::Im)>
+                {move || format!("…that fools {}", name_of(Role::Im))}
+            </button>
             <button id="search-cancel" disabled=move || !running() on:click=cancel>"Cancel"</button>
             <p id="search-status" class="muted" data-state=move || state.get().key()>
                 {move || state.get().message()}
@@ -123,9 +143,9 @@ pub fn FlipSearchPanel() -> impl IntoView {
     }
 }
 
-/// Runs search `id` in the worker against `role`'s model with the page's T and gamma; loads the
-/// edit found (or the closest) into the perturbed box.
-async fn search(demo: Demo, id: u64, role: Role) -> Result<SearchState, String> {
+/// Runs search `id` in the worker against `role`'s model (`name`) with the page's T and gamma;
+/// loads the edit found (or the closest) into the perturbed box.
+async fn search(demo: Demo, id: u64, role: Role, name: String) -> Result<SearchState, String> {
     let started = demo.session_untracked().ok_or("the models are not loaded yet")?;
     let roles = demo.roles()?;
     let assigned = roles.iter().find(|a| a.role == role).ok_or("no model plays that part")?;
@@ -148,10 +168,10 @@ async fn search(demo: Demo, id: u64, role: Role) -> Result<SearchState, String> 
     };
     if let (true, Some(best)) = (outcome.status != FlipStatus::Cancelled, &outcome.best) {
         let origin = match outcome.status {
-            FlipStatus::Flipped => format!("found by the search: flips {}", role.name()),
-            _ => format!("the search's closest try (does not flip {})", role.name()),
+            FlipStatus::Flipped => format!("found by the search: flips {name}"),
+            _ => format!("the search's closest try (does not flip {name})"),
         };
         demo.perturbed.set(Perturbed::Fixed { text: best.perturbation.text.clone(), origin });
     }
-    Ok(SearchState::Finished { role, outcome })
+    Ok(SearchState::Finished { name, outcome })
 }
