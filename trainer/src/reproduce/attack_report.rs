@@ -222,3 +222,29 @@ pub fn write(summaries: &Path, out: &Path) -> Result<()> {
     println!("{} attacks in {} rows", records.len(), groups.len());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use shared::robustness::attack::AttackSummary;
+
+    use super::*;
+
+    /// Every committed attack loads, its summary is what its own results add up to, and the
+    /// report's groups cover every attack once.
+    #[test]
+    fn committed_attacks_load_and_add_up() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/runs/attack");
+        if !dir.is_dir() {
+            return;
+        }
+        let records = load(&dir).unwrap();
+        for r in &records {
+            assert_eq!(r.summary, AttackSummary::from_results(&r.results), "{}", r.victim);
+            assert_eq!(r.results.len(), r.summary.total);
+            assert!(r.summary.total <= r.limit && r.elapsed_s > 0.0, "{}", r.victim);
+        }
+        let groups = groups(&records);
+        assert_eq!(groups.iter().map(|g| g.seeds.len()).sum::<usize>(), records.len());
+        assert!(markdown(&records, &groups).contains("| set | model |"));
+    }
+}
