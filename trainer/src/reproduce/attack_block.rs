@@ -22,6 +22,7 @@ use shared::robustness::neighbours::WordNeighbours;
 use super::presets::{recommended_im, Arm};
 use super::{Layout, Preset, ReproduceArgs};
 use crate::attack::load_victim;
+use crate::backend::BackendKind;
 use crate::finetune::{self, RunOptions};
 use crate::run::{self, EpochMetrics, EvalReport, RunSummary};
 
@@ -93,9 +94,23 @@ struct PartialLine {
     result: AttackResult,
 }
 
+/// What every attack of the block shares.
+struct Block<'a> {
+    backend: BackendKind,
+    data_dir: PathBuf,
+    /// Block 1's grid: the victims' run directories and committed summaries.
+    block1: Layout,
+    /// This block's summaries and report.
+    out: &'a Layout,
+}
+
 pub fn run(args: &ReproduceArgs, layout: &Layout) -> Result<()> {
-    let data_dir = args.data_dir.clone().unwrap_or_else(crate::datasets::default_data_dir);
-    let block1 = block1_layout(args);
+    let block = Block {
+        backend: args.backend,
+        data_dir: args.data_dir.clone().unwrap_or_else(crate::datasets::default_data_dir),
+        block1: block1_layout(args),
+        out: layout,
+    };
     let victims = victims()?;
     std::fs::create_dir_all(&layout.summaries)
         .with_context(|| format!("creating {}", layout.summaries.display()))?;
@@ -119,7 +134,7 @@ pub fn run(args: &ReproduceArgs, layout: &Layout) -> Result<()> {
         "{total} attacks ({} sets x {} models x their seeds) on block 1's models in {}",
         sets.len(),
         victims.len(),
-        block1.runs.display()
+        block.block1.runs.display()
     );
     let mut done = 0;
     for set in &sets {
@@ -132,7 +147,7 @@ pub fn run(args: &ReproduceArgs, layout: &Layout) -> Result<()> {
                     println!("  {label}");
                     continue;
                 }
-                ensure(args, &block1, layout, &data_dir, set, arm, seed, &label)?;
+                ensure(&block, set, arm, seed, &label)?;
             }
         }
     }
@@ -148,26 +163,16 @@ fn block1_layout(args: &ReproduceArgs) -> Layout {
     Layout::of(&sst2)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn ensure(
-    args: &ReproduceArgs,
-    block1: &Layout,
-    layout: &Layout,
-    data_dir: &Path,
-    set: &AttackSet,
-    arm: &Arm,
-    seed: u64,
-    label: &str,
-) -> Result<()> {
-    let victim = committed_cell(&block1.summaries, arm, seed)?;
-    let path = layout.summaries.join(format!("{}-{}.json", set.name, victim.name));
+fn ensure(block: &Block, set: &AttackSet, arm: &Arm, seed: u64, label: &str) -> Result<()> {
+    let victim = committed_cell(&block.block1.summaries, arm, seed)?;
+    let path = block.out.summaries.join(format!("{}-{}.json", set.name, victim.name));
     if path.exists() {
         println!("{label}: attack in {}", path.display());
         return Ok(());
     }
     println!("{label}: {}", victim.name);
-    crate::with_backend!(args.backend, |B, device| attack_victim::<B>(
-        block1, layout, data_dir, set, arm, &victim, &path, &device
+    crate::with_backend!(block.backend, |B, device| attack_victim::<B>(
+        block, set, arm, &victim, &path, &device
     ))
     .with_context(|| format!("attacking {} with {}", victim.name, set.name))
 }
@@ -241,29 +246,27 @@ fn victim_model<B: Backend>(
     Ok((best, Some(check)))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn attack_victim<B: Backend>(
-    block1: &Layout,
-    layout: &Layout,
-    data_dir: &Path,
+    block: &Block,
     set: &AttackSet,
     arm: &Arm,
     victim: &RunSummary,
     path: &Path,
     device: &B::Device,
 ) -> Result<()> {
-    let data = data_dir.join(set.file);
+    let data = block.data_dir.join(set.file);
     let mut examples = shared::data::load(&data, Task::Sst2)
         .with_context(|| format!("reading {} as sst2", data.display()))?;
     examples.truncate(set.limit);
-    let (model_dir, retrained) = victim_model::<B>(&block1.runs, victim, device)?;
+    let (model_dir, retrained) = victim_model::<B>(&block.block1.runs, victim, device)?;
     let spec = victim.config.connection.clone();
     let (tokenizer, model) = load_victim::<B>(&model_dir, None, Task::Sst2, &spec, device)?;
     let neighbours =
         WordNeighbours::from_model(&model, &tokenizer).context("indexing the word embeddings")?;
     let attacker = TextFooler::new(&model, &tokenizer, &neighbours, AttackConfig::default())?;
 
-    let partial_path = layout
+    let partial_path = block
+        .out
         .summaries
         .join("partial")
         .join(
