@@ -88,6 +88,11 @@ fn the_attack_block_attacks_block_1s_models_and_resumes() {
     let csv = std::fs::read_to_string(attack_dir.join("report/report.csv")).unwrap();
     assert_eq!(csv.lines().count(), 7, "a header and one row per attack:\n{csv}");
 
+    // `trainer report` writes the same tables from the summaries alone.
+    let again = root.join("report-again");
+    ok(trainer(&["report", summaries.to_str().unwrap(), "--out", again.to_str().unwrap()], &[]));
+    assert_eq!(std::fs::read_to_string(again.join("report.md")).unwrap(), md);
+
     // Everything done: nothing is attacked again.
     let again = ok(trainer(&args, &[]));
     assert_eq!(again.matches(": attack in").count(), 6, "{again}");

@@ -133,6 +133,12 @@ pub fn run(args: ReportArgs) -> Result<()> {
     if args.group_by.is_empty() {
         bail!("--group-by needs at least one key");
     }
+    if let [dir] = args.runs.as_slice() {
+        if crate::reproduce::is_attack_dir(dir) {
+            // Block 4's attacks (`reproduce --preset attack`) have tables of their own.
+            return crate::reproduce::write_attack_report(dir, &args.out);
+        }
+    }
     let runs = load_runs(&args.runs)?;
     let report = summarise(runs, &args.group_by);
     let written = write_report(&report, &args.out, args.font.as_deref())?;

@@ -32,6 +32,18 @@ pub struct AttackGroup {
     pub seconds_per_example: Option<Stat>,
 }
 
+/// Whether `dir` holds block 4's attack summaries (`trainer report` then writes their tables):
+/// it has JSON files, and its first one, in name order, is an attack.
+pub fn is_attack_dir(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    files.first().is_some_and(|f| run::read_json::<AttackRecord>(f).is_ok())
+}
+
 /// The summaries in `dir` (not its `partial/` attacks in progress), in block order.
 pub fn load(dir: &Path) -> Result<Vec<AttackRecord>> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -238,8 +250,29 @@ mod tests {
             return;
         }
         let records = load(&dir).unwrap();
+        // serde_json reads floats back to within an ulp, not always to the same bits.
+        let close = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => (a - b).abs() <= 1e-9 * a.abs().max(1.0),
+            (a, b) => a == b,
+        };
         for r in &records {
-            assert_eq!(r.summary, AttackSummary::from_results(&r.results), "{}", r.victim);
+            let (s, sum) = (&r.summary, AttackSummary::from_results(&r.results));
+            assert_eq!(
+                (s.total, s.succeeded, s.failed, s.skipped),
+                (sum.total, sum.succeeded, sum.failed, sum.skipped),
+                "{}",
+                r.victim
+            );
+            for (a, b) in [
+                (s.original_accuracy, sum.original_accuracy),
+                (s.accuracy_under_attack, sum.accuracy_under_attack),
+                (s.attack_success_rate, sum.attack_success_rate),
+                (s.avg_perturbed_word_pct, sum.avg_perturbed_word_pct),
+                (s.avg_num_words, sum.avg_num_words),
+                (s.avg_queries, sum.avg_queries),
+            ] {
+                assert!(close(a, b), "{}: {a:?} vs {b:?}", r.victim);
+            }
             assert_eq!(r.results.len(), r.summary.total);
             assert!(r.summary.total <= r.limit && r.elapsed_s > 0.0, "{}", r.victim);
         }

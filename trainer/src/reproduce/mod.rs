@@ -19,6 +19,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use shared::data::Task;
 
+pub use attack_report::{is_attack_dir, write as write_attack_report};
 pub use cell::{Cell, Shared};
 pub use presets::{layer_thirds, Arm, Grid, Preset, LOW_RESOURCE, SEARCHED_LRS};
 
