@@ -22,7 +22,8 @@ fn pct(stat: Option<Stat>, expected_n: usize) -> String {
     text
 }
 
-fn plain(stat: Option<Stat>, scale: f64, decimals: usize) -> String {
+/// `"12.3 ± 0.4"` of `stat` times `scale`; `–` when there is none.
+pub(crate) fn plain(stat: Option<Stat>, scale: f64, decimals: usize) -> String {
     match stat.map(|s| s.scaled(scale)) {
         Some(Stat { mean, std: Some(std), .. }) => format!("{mean:.decimals$} ± {std:.decimals$}"),
         Some(Stat { mean, .. }) => format!("{mean:.decimals$}"),

@@ -34,6 +34,7 @@ pub use charts::{charts, BarChart, BarSeriesData, Chart, LineChart, LineSeriesDa
 pub use csv::{csv, CSV_COLUMNS};
 pub use load::{find_run_dirs, load_run, load_runs, FlopsSource, RunRecord};
 pub use markdown::markdown;
+pub(crate) use markdown::plain;
 pub use render::{find_font, render_chart};
 pub use stats::{summarise, GroupSummary, Report, SplitSummary, Stat};
 

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::attack_block::{AttackRecord, SETS};
-use crate::report::Stat;
+use crate::report::{plain, Stat};
 use crate::run;
 
 /// One (set, model) row.
@@ -97,14 +97,6 @@ pub fn groups(records: &[AttackRecord]) -> Vec<AttackGroup> {
         .collect()
 }
 
-fn cell(stat: &Option<Stat>, decimals: usize) -> String {
-    match stat {
-        Some(Stat { mean, std: Some(std), .. }) => format!("{mean:.decimals$} ± {std:.decimals$}"),
-        Some(Stat { mean, .. }) => format!("{mean:.decimals$}"),
-        None => "–".into(),
-    }
-}
-
 pub fn markdown(records: &[AttackRecord], groups: &[AttackGroup]) -> String {
     let mut md = String::new();
     writeln!(md, "# Block 4: TextFooler against block 1's models (the paper's Table 4)\n").ok();
@@ -153,13 +145,13 @@ pub fn markdown(records: &[AttackRecord], groups: &[AttackGroup]) -> String {
             g.set,
             seeds.join(", "),
             g.examples,
-            cell(&g.victim_dev_accuracy, 1),
-            cell(&g.original_accuracy, 1),
-            cell(&g.accuracy_under_attack, 1),
-            cell(&g.attack_success_rate, 1),
-            cell(&g.perturbed_word_pct, 1),
-            cell(&g.queries, 0),
-            cell(&g.seconds_per_example, 2),
+            plain(g.victim_dev_accuracy, 1.0, 1),
+            plain(g.original_accuracy, 1.0, 1),
+            plain(g.accuracy_under_attack, 1.0, 1),
+            plain(g.attack_success_rate, 1.0, 1),
+            plain(g.perturbed_word_pct, 1.0, 1),
+            plain(g.queries, 1.0, 0),
+            plain(g.seconds_per_example, 1.0, 2),
         )
         .ok();
     }
