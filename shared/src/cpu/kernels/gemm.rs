@@ -1,5 +1,6 @@
-//! The GEMM under every product, `c = a b + beta c` on views of any strides (OpenBLAS or
-//! `matrixmultiply`), and the drivers that split a product's rows over rayon's threads.
+//! The GEMM under every product, `c = a b + beta c` on views of any strides (OpenBLAS,
+//! `matrixmultiply`, or in the browser `tiled_gemm`), and the drivers that split a product's
+//! rows over rayon's threads.
 
 use std::mem::MaybeUninit;
 
@@ -8,7 +9,8 @@ use super::new_rows_uninit;
 /// `c = a b + beta c` for `[m, k] x [k, n]` views of any strides, with `c` row-major, its rows
 /// `ldc` elements apart. With `beta = 0`, `c` is only written, so it may be uninitialised (BLAS
 /// and `matrixmultiply` both promise not to read it). OpenBLAS runs it when both operands have
-/// a BLAS layout (one unit stride), `matrixmultiply` otherwise and in builds without OpenBLAS.
+/// a BLAS layout (one unit stride), `matrixmultiply` otherwise and in builds without OpenBLAS,
+/// and [`super::tiled_gemm`] on wasm with SIMD128.
 ///
 /// # Safety
 /// `c` must be valid for writes (and reads, if `beta != 0`) of `m` rows of `n` elements, `ldc`
@@ -49,6 +51,17 @@ pub(super) unsafe fn gemm_into(
         <[isize; 2]>::try_from(a.strides()).unwrap_or_default(),
         <[isize; 2]>::try_from(b.strides()).unwrap_or_default(),
     );
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        use super::tiled_gemm::{gemm, Strided};
+        let (a, b) = (
+            Strided { ptr: a.as_ptr(), rows: rsa, cols: csa },
+            Strided { ptr: b.as_ptr(), rows: rsb, cols: csb },
+        );
+        // SAFETY: the strides describe the views' memory; the caller vouches for `c`.
+        unsafe { gemm::<core::arch::wasm32::v128>([m, k, n], a, b, beta, c, ldc) };
+    }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     // SAFETY: the strides describe the views' memory; the caller vouches for `c`.
     unsafe {
         matrixmultiply::sgemm(

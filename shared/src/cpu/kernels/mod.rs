@@ -48,6 +48,8 @@ mod residual;
 mod simd;
 #[cfg(test)]
 mod tests;
+#[cfg(any(test, all(target_arch = "wasm32", target_feature = "simd128")))]
+mod tiled_gemm;
 
 pub use activation::{gelu, gelu_backward, gelu_output, normal_cdf, normal_cdf_backward};
 pub(crate) use attention::softmax_row;
