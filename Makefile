@@ -226,7 +226,8 @@ demo: demo-models
 	@echo "IM-BERT demo on http://127.0.0.1:8080 (Ctrl-C stops it)"
 	$(PYTHON) -m http.server 8080 --bind 127.0.0.1 --directory dist
 
-## dist/: trunk's offline release build of web/, the exported models of SITE_MODELS, and
+## dist/: trunk's offline release build of web/ (the inference worker twice, SIMD128 and relaxed
+## SIMD: Trunk.toml's hook, web/relaxed-worker.sh), the exported models of SITE_MODELS, and
 ## AdvGLUE's annotated dev set for the presets when the data directory has it.
 SITE_MODELS ?= target/demo/site
 TRUNK_FLAGS ?= --release

@@ -9,7 +9,8 @@
 //   ONNX, in the same Chromium: BERT's verdict on a 16-token and a 128-token text (clean and
 //   perturbed in one batch of two, as the demo computes it) and the time from navigation to the
 //   first verdict, on both backends, with the ratio. The demo's side is its own inference worker
-//   driven through its protocol (tests/e2e/bench/harness.mjs). Needs the peer installed
+//   driven through its protocol (tests/e2e/bench/harness.mjs); on the CPU both of its builds,
+//   relaxed SIMD and SIMD128. Needs the peer installed
 //   (tests/e2e/tfjs) and the model exported (tests/python/export_onnx.py to PEER_MODEL);
 //   `make web-bench` does both, else that part is skipped with the reason.
 //
@@ -81,10 +82,16 @@ const TEXTS = [
   ],
 ];
 
-/** Cold first verdicts of both, then verdict latencies of both on one page, on `backend`. */
+/**
+ * Cold first verdicts, then verdict latencies on one page, on `backend`: ours beside the peer. On
+ * the CPU, ours twice: the worker's relaxed-SIMD build (what this browser loads) and its SIMD128
+ * build (what a browser without relaxed SIMD loads).
+ */
 async function sideBySide(backend) {
+  const ours = backend === 'cpu' ? ['imbert', 'imbert-simd128'] : ['imbert'];
+  const names = [...ours, 'peer'];
   const first = {};
-  for (const name of ['imbert', 'peer']) {
+  for (const name of names) {
     const browser = await launch();
     try {
       const page = await browser.newPage();
@@ -103,31 +110,36 @@ async function sideBySide(backend) {
     await page.goto(`${server.url}bench/`);
     await page.waitForFunction(() => window.bench !== undefined);
     const setup = {};
-    for (const name of ['imbert', 'peer']) {
+    for (const name of names) {
       setup[name] = await page.evaluate(([n, b]) => window.bench.start(n, b), [name, backend]);
     }
     console.log(
       `  beside transformers.js ${backend === 'cpu' ? '(wasm, fp32' : '(webgpu, fp32'}, ` +
-        `runtime ${setup.peer.runtime}, ${setup.peer.threads} thread(s)); ours on ${setup.imbert.runtime}; ` +
+        `runtime ${setup.peer.runtime}, ${setup.peer.threads} thread(s)); ` +
         'one verdict = the clean and the perturbed text in one batch of two:',
     );
-    console.log('  | | this project | transformers.js | ratio (ours / peer) |');
-    console.log('  |---|---|---|---|');
-    console.log(`  | first verdict after navigation | ${ms(first.imbert)} | ${ms(first.peer)} | ${(first.imbert / first.peer).toFixed(2)} |`);
+    const row = (cells) => console.log(`  | ${cells.join(' | ')} |`);
+    const ratios = (of) => ours.map((n) => (of[n] / of.peer).toFixed(2)).join(' / ');
+    row(['', ...ours.map((n) => `this project, ${setup[n].runtime}`), 'transformers.js', 'ours / peer']);
+    row(Array(ours.length + 3).fill('---'));
+    row(['first verdict after navigation', ...names.map((n) => ms(first[n])), ratios(first)]);
     for (const [label, text, repeats] of TEXTS) {
       const timed = {};
-      for (const name of ['imbert', 'peer']) {
+      for (const name of names) {
         timed[name] = await page.evaluate(([n, t, v, r]) => window.bench.time(n, t, v, r), [name, text, variants(text), repeats]);
       }
-      const [ours, peer] = [median(timed.imbert.wall), median(timed.peer.wall)];
-      // The same pair went last to both: the two stacks must agree (ours runs the int8 bundle,
+      const wall = Object.fromEntries(names.map((n) => [n, median(timed[n].wall)]));
+      // The same pair went last to each: the stacks must agree (ours runs the int8 bundle,
       // dequantized; the peer the fp32 weights it was quantized from).
-      const gap = Math.max(...timed.imbert.last.probs.flatMap((p, i) => p.map((v, j) => Math.abs(v - timed.peer.last.probs[i][j]))));
-      if (!(gap < 0.05)) throw new Error(`the two disagree on the ${label} text: probabilities ${gap.toFixed(3)} apart`);
+      const gaps = ours.map((n) =>
+        Math.max(...timed[n].last.probs.flatMap((p, i) => p.map((v, j) => Math.abs(v - timed.peer.last.probs[i][j])))),
+      );
+      const gap = Math.max(...gaps);
+      if (!(gap < 0.05)) throw new Error(`ours and the peer disagree on the ${label} text: probabilities ${gap.toFixed(3)} apart`);
       const notes = `median of ${repeats}; tokens ${timed.imbert.last.tokens.join('/')} and ` +
-        `${timed.peer.last.tokens.join('/')}; worker compute ${ms(median(timed.imbert.compute))}; ` +
+        `${timed.peer.last.tokens.join('/')}; worker compute ${ours.map((n) => ms(median(timed[n].compute))).join(' / ')}; ` +
         `probabilities within ${gap.toFixed(3)}`;
-      console.log(`  | verdict, ${label} (${notes}) | ${ms(ours)} | ${ms(peer)} | ${(ours / peer).toFixed(2)} |`);
+      row([`verdict, ${label} (${notes})`, ...names.map((n) => ms(wall[n])), ratios(wall)]);
     }
   } finally {
     await browser.close();

@@ -5,7 +5,8 @@
 //   node tests/e2e/e2e.mjs [DIST_DIR]       (default: dist; screenshots go to target/e2e/)
 //
 // The page's DOM contract: #status[data-state] "ready" | "error"; #runtime[data-runtime]
-// "webgpu" | "cpu"; #task; #text-a (#text-b for pairs); button[data-perturb=...];
+// "webgpu" | "cpu", its text naming the CPU build ("relaxed SIMD" or "SIMD128", which
+// `?simd=plain` forces); #task; #text-a (#text-b for pairs); button[data-perturb=...];
 // #perturbed-text; #diff with <ins>/<del>; #t-slider (0..15) and #gamma; #results[data-key]
 // (new key per displayed result) and [data-busy]; [data-verdict="bert-clean"|...] with
 // data-probs; #drift-chart svg and #residual-chart svg; button[data-search="bert"|"im"],
@@ -138,6 +139,13 @@ async function run(server, browser, backend) {
   assert.ok(partsBeforeFirst >= 1, 'the first verdicts waited for every part');
   const runtime = await page.$eval('#runtime', (e) => e.dataset.runtime);
   assert.equal(runtime, backend, `#runtime[data-runtime] is ${runtime}, expected ${backend}`);
+  if (backend === 'cpu') {
+    // The worker's relaxed-SIMD build runs exactly where this browser can load it.
+    const relaxed = await page.evaluate(async () => WebAssembly.validate(await (await fetch('inference_relaxed_bg.wasm')).arrayBuffer()));
+    const label = await page.$eval('#runtime', (e) => e.textContent);
+    assert.equal(label.includes('relaxed SIMD'), relaxed, `#runtime says "${label}"; relaxed SIMD here: ${relaxed}`);
+    log(backend, label);
+  }
 
   // A sentence of our own, then a typo.
   await page.selectOption('#task', 'sst2');
@@ -295,6 +303,52 @@ async function run(server, browser, backend) {
 
   assert.deepEqual(problems, [], `the page logged problems:\n${problems.join('\n')}`);
   await page.close();
+  if (backend === 'cpu') await plainBuildAgrees(server, browser, sentence, tNow, second);
+}
+
+/**
+ * The worker's SIMD128 build (`?simd=plain`), which browsers without relaxed SIMD load, gives the
+ * verdicts of the build that ran above (`expected`: the sentence's at T = `t`). Fused
+ * multiply-adds round differently, nothing more; but IM's solve at gamma 0.1 amplifies rounding
+ * with every step on a model not trained for it (at T = 5 this model's IM probabilities differ
+ * by ~0.02 between the builds), so IM is compared at T = 1 and BERT at any T.
+ */
+async function plainBuildAgrees(server, browser, sentence, t, expected) {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(`${server.url}?backend=cpu&simd=plain`);
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.querySelector('#status')?.dataset.state), null, {
+    timeout: LOAD_TIMEOUT,
+    polling: 200,
+  });
+  await failOnError(page);
+  const label = await page.$eval('#runtime', (e) => e.textContent);
+  assert.ok(label.includes('SIMD128'), `?simd=plain runs the SIMD128 build: #runtime says "${label}"`);
+  await page.selectOption('#task', 'sst2');
+  let key = await nextResult(page, '');
+  await page.fill('#text-a', sentence);
+  key = await nextResult(page, key);
+  await setInput(page, '#t-slider', t);
+  await nextResult(page, key);
+  const got = await verdicts(page);
+  for (const v of t === 1 ? ['bert-clean', 'im-clean'] : ['bert-clean']) {
+    const worst = Math.max(...got[v].map((x, i) => Math.abs(x - expected[v][i])));
+    assert.ok(worst < 1e-3, `${v} at T=${t}: SIMD128 build ${got[v]}, the other ${expected[v]}`);
+    log('cpu', `${label}: ${v} at T=${t} within ${worst.toExponential(1)} of the build above`);
+  }
+  assert.deepEqual(errors, [], `the SIMD128 page failed:\n${errors.join('\n')}`);
+  await page.close();
+}
+
+// The worker's two builds: the SIMD128 one must load where relaxed SIMD is missing (Node 20 has
+// it off), so it must not contain a single relaxed instruction; the other must contain them.
+const wasm = (name) => fs.readFileSync(path.join(dist, name));
+if (!WebAssembly.validate(wasm('inference_relaxed_bg.wasm'))) {
+  assert.ok(WebAssembly.validate(wasm('inference_bg.wasm')), 'the SIMD128 worker uses relaxed SIMD');
+  log('the SIMD128 worker loads without relaxed SIMD; the other build needs it');
+} else {
+  log('this Node has relaxed SIMD: the SIMD128 worker could not be checked for relaxed instructions');
 }
 
 const server = await serve(dist);

@@ -18,7 +18,8 @@ use web_sys::{ErrorEvent, MessageEvent, Worker};
 use crate::engine::Analysis;
 use crate::protocol::{FromWorker, ToWorker};
 
-/// The worker's script: trunk's loader shim for the `inference` binary (see `index.html`).
+/// The worker's script, which loads one of the `inference` binary's two builds (see
+/// `web/inference_loader.js`); it is given the page's query (`?simd=plain` picks the SIMD128 one).
 const WORKER_URL: &str = "./inference_loader.js";
 
 /// What the worker reports besides answers.
@@ -61,7 +62,8 @@ impl Inference {
     /// Spawns the worker; it starts loading at once, while the caller does other work (the page
     /// fetches its model index meanwhile). [`Inference::ready`] waits until it listens.
     pub fn spawn(on_event: impl Fn(Event) + 'static) -> Result<Rc<Self>, String> {
-        let worker = Worker::new(WORKER_URL)
+        let query = web_sys::window().and_then(|w| w.location().search().ok()).unwrap_or_default();
+        let worker = Worker::new(&format!("{WORKER_URL}{query}"))
             .map_err(|e| format!("could not start the inference worker: {e:?}"))?;
         let inference = Rc::new(Self {
             worker,

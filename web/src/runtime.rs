@@ -13,7 +13,8 @@ use burn::backend::wgpu::WgpuDevice;
 /// The model's backend on WebGPU.
 #[cfg(target_arch = "wasm32")]
 pub type Gpu = burn::backend::Wgpu<f32, i32>;
-/// The model's backend on the CPU (single-threaded; wasm SIMD128 in the browser).
+/// The model's backend on the CPU (single-threaded; wasm SIMD128 in the browser, and relaxed
+/// SIMD's fused multiply-adds in the worker's second build).
 pub type Cpu = burn::backend::NdArray<f32>;
 
 /// Where the model runs.
@@ -27,12 +28,14 @@ pub enum Runtime {
 }
 
 impl Runtime {
-    /// For people: `"WebGPU"` or `"CPU (ndarray)"`.
+    /// For people: `"WebGPU"`, or the CPU and which of the worker's builds runs (the e2e test
+    /// reads it): relaxed SIMD's fused multiply-adds where the browser has them.
     pub fn label(&self) -> &'static str {
         match self {
             #[cfg(target_arch = "wasm32")]
             Runtime::WebGpu(_) => "WebGPU",
-            Runtime::Cpu => "CPU (ndarray)",
+            Runtime::Cpu if cfg!(feature = "relaxed-simd") => "CPU (ndarray, relaxed SIMD)",
+            Runtime::Cpu => "CPU (ndarray, SIMD128)",
         }
     }
 

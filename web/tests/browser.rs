@@ -311,7 +311,7 @@ async fn forced_cpu_reports_why() {
     use web::runtime::{select, Runtime};
     let (runtime, reason) = select(true).await;
     assert_eq!(runtime, Runtime::Cpu);
-    assert_eq!(runtime.label(), "CPU (ndarray)");
+    assert_eq!(runtime.label(), "CPU (ndarray, SIMD128)");
     assert!(reason.is_some_and(|r| r.contains("backend=cpu")));
 }
 

@@ -1,6 +1,8 @@
 // The benchmark page's two contestants, driven by tests/e2e/bench.mjs through `window.bench`:
-// - `imbert`: the demo's own inference worker (trunk's `inference_loader.js` from dist/), spoken
-//   to in its JSON protocol (web/src/protocol.rs), exactly as the demo page does;
+// - `imbert`: the demo's own inference worker (`inference_loader.js` from dist/), spoken to in its
+//   JSON protocol (web/src/protocol.rs), exactly as the demo page does: the relaxed-SIMD build
+//   where the browser has relaxed SIMD; `imbert-simd128`: the same worker's SIMD128 build
+//   (`?simd=plain`), which browsers without relaxed SIMD run;
 // - `peer`: transformers.js (onnxruntime-web) on the same MiniLM exported to ONNX
 //   (tests/python/export_onnx.py), served from /peer/ (library), /ort/ (its wasm) and
 //   /peer-models/ (the model), so nothing comes from a CDN.
@@ -14,9 +16,9 @@ const MAX_TOKENS = 128;
 
 /** The demo's inference worker. */
 class Imbert {
-  static async start(backend) {
+  static async start(backend, query = '') {
     const self = new Imbert();
-    self.worker = new Worker('/inference_loader.js');
+    self.worker = new Worker(`/inference_loader.js${query}`);
     self.waiting = new Map(); // id -> resolve
     self.timings = [];
     self.worker.onmessage = (e) => self.receive(JSON.parse(e.data.json));
@@ -30,7 +32,7 @@ class Imbert {
       base: new URL('/models/', location.href).href,
       index,
     });
-    self.runtime = started.runtime;
+    self.runtime = started.label;
     return self;
   }
 
@@ -117,12 +119,16 @@ class Peer {
   }
 }
 
-const CONTESTANTS = { imbert: Imbert, peer: Peer };
+const CONTESTANTS = {
+  imbert: (backend) => Imbert.start(backend),
+  'imbert-simd128': (backend) => Imbert.start(backend, '?simd=plain'),
+  peer: (backend) => Peer.start(backend),
+};
 
 /** Starts `name` on `backend` (`cpu` or `webgpu`). */
 async function start(name, backend) {
   const t0 = performance.now();
-  const contestant = await CONTESTANTS[name].start(backend);
+  const contestant = await CONTESTANTS[name](backend);
   window.bench[name] = contestant;
   return { runtime: contestant.runtime, threads: contestant.threads ?? 1, startMs: performance.now() - t0, timings: contestant.timings };
 }

@@ -10,7 +10,8 @@ use super::new_rows_uninit;
 /// `ldc` elements apart. With `beta = 0`, `c` is only written, so it may be uninitialised (BLAS
 /// and `matrixmultiply` both promise not to read it). OpenBLAS runs it when both operands have
 /// a BLAS layout (one unit stride), `matrixmultiply` otherwise and in builds without OpenBLAS,
-/// and [`super::tiled_gemm`] on wasm with SIMD128.
+/// and [`super::tiled_gemm`] on wasm with SIMD128 (with fused multiply-adds in the build with
+/// the `relaxed-simd` feature).
 ///
 /// # Safety
 /// `c` must be valid for writes (and reads, if `beta != 0`) of `m` rows of `n` elements, `ldc`
@@ -53,13 +54,18 @@ pub(super) unsafe fn gemm_into(
     );
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     {
-        use super::tiled_gemm::{gemm, Strided};
+        use super::tiled_gemm::{self, Strided};
         let (a, b) = (
             Strided { ptr: a.as_ptr(), rows: rsa, cols: csa },
             Strided { ptr: b.as_ptr(), rows: rsb, cols: csb },
         );
         // SAFETY: the strides describe the views' memory; the caller vouches for `c`.
-        unsafe { gemm::<core::arch::wasm32::v128>([m, k, n], a, b, beta, c, ldc) };
+        unsafe {
+            #[cfg(not(feature = "relaxed-simd"))]
+            tiled_gemm::gemm::<core::arch::wasm32::v128>([m, k, n], a, b, beta, c, ldc);
+            #[cfg(feature = "relaxed-simd")]
+            tiled_gemm::gemm_fused([m, k, n], a, b, beta, c, ldc);
+        }
     }
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     // SAFETY: the strides describe the views' memory; the caller vouches for `c`.

@@ -6,8 +6,10 @@
 //! packed into `KC x 8` column panels, `A` into `4 x KC` row panels, so that the micro-kernel
 //! reads both contiguously, and the micro-kernel keeps a 4 x 8 block of `C` in eight 4-lane
 //! registers: per step of `k`, two loads of `B`, four broadcasts of `A`, eight multiply-adds.
-//! (wasm has no fused multiply-add outside relaxed SIMD, whose rounding differs between
-//! machines, so the product is rounded before the sum, as in scalar code.)
+//! Plain SIMD128 has no fused multiply-add, so each of those is two instructions; relaxed SIMD's
+//! `f32x4.relaxed_madd` is one ([`FusedLanes`], in the worker build with the `relaxed-simd`
+//! feature: a module containing it does not load in a browser without relaxed SIMD, so the page
+//! picks between two builds, see `web/inference_loader.js`).
 //!
 //! The loop nest is generic over the 4-lane vector ([`Lanes`]), so that native tests run it on
 //! plain arrays, on every layout and edge, and the browser tests check the SIMD128 build's logits
@@ -37,7 +39,8 @@ pub(super) trait Lanes: Copy {
     /// # Safety
     /// `p` is valid for writes of 4 floats (any alignment).
     unsafe fn store(self, p: *mut f32);
-    /// `self + a * b`, the product rounded first.
+    /// `self + a * b`: the product rounded first, or, with [`FusedLanes`], fused where the
+    /// machine has a fused multiply-add (relaxed SIMD leaves the rounding to the engine).
     fn mul_add(self, a: Self, b: Self) -> Self;
 }
 
@@ -93,6 +96,58 @@ impl Lanes for core::arch::wasm32::v128 {
     }
 }
 
+/// SIMD128 whose multiply-add is relaxed SIMD's `f32x4.relaxed_madd`: one instruction, fused
+/// on x86 with FMA and on Arm. Its functions are compiled into [`gemm_fused`], which enables
+/// relaxed SIMD.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128", feature = "relaxed-simd"))]
+#[derive(Clone, Copy)]
+pub(super) struct FusedLanes(core::arch::wasm32::v128);
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128", feature = "relaxed-simd"))]
+impl Lanes for FusedLanes {
+    #[inline(always)]
+    fn zero() -> Self {
+        Self(core::arch::wasm32::v128::zero())
+    }
+    #[inline(always)]
+    fn splat(x: f32) -> Self {
+        Self(core::arch::wasm32::v128::splat(x))
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: the caller's promise.
+        Self(unsafe { core::arch::wasm32::v128::load(p) })
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        // SAFETY: the caller's promise.
+        unsafe { self.0.store(p) }
+    }
+    #[inline(always)]
+    fn mul_add(self, a: Self, b: Self) -> Self {
+        Self(core::arch::wasm32::f32x4_relaxed_madd(a.0, b.0, self.0))
+    }
+}
+
+/// [`gemm`] with fused multiply-adds, compiled with relaxed SIMD enabled (the micro-kernel is
+/// inlined here, so its `relaxed_madd`s are too).
+///
+/// # Safety
+/// As for [`gemm`].
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128", feature = "relaxed-simd"))]
+#[target_feature(enable = "relaxed-simd")]
+pub(super) unsafe fn gemm_fused(
+    shape: [usize; 3],
+    a: Strided,
+    b: Strided,
+    beta: f32,
+    c: *mut f32,
+    ldc: usize,
+) {
+    // SAFETY: the caller's promise.
+    unsafe { gemm::<FusedLanes>(shape, a, b, beta, c, ldc) }
+}
+
 /// A read-only matrix: element `[i, j]` at `ptr + i * rows + j * cols` (strides in elements,
 /// either sign).
 #[derive(Clone, Copy)]
@@ -118,6 +173,7 @@ impl Strided {
 /// # Safety
 /// `a` and `b` describe readable `[m, k]` and `[k, n]` matrices; `c` is valid for writes (and
 /// reads, if `beta != 0`) of `m` rows of `n` elements `ldc` apart, and aliases neither.
+#[inline(always)]
 pub(super) unsafe fn gemm<V: Lanes>(
     [m, k, n]: [usize; 3],
     a: Strided,
