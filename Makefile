@@ -227,13 +227,18 @@ demo: demo-models
 	$(PYTHON) -m http.server 8080 --bind 127.0.0.1 --directory dist
 
 ## dist/: trunk's offline release build of web/ (the inference worker twice, SIMD128 and relaxed
-## SIMD: Trunk.toml's hook, web/relaxed-worker.sh), the exported models of SITE_MODELS, and
+## SIMD: Trunk.toml's hook, web/post-build.sh), the exported models of SITE_MODELS, and
 ## AdvGLUE's annotated dev set for the presets when the data directory has it.
+## OPTIMIZE=1 also runs `wasm-opt -O3` on the worker's two builds (binaryen from npm, installed
+## into target/binaryen): a 6% smaller download for 7 more minutes of build; verdicts were no
+## faster (README).
 SITE_MODELS ?= target/demo/site
 TRUNK_FLAGS ?= --release
-site: web-tools
+OPTIMIZE ?=
+WASM_OPT := target/binaryen/node_modules/.bin/wasm-opt
+site: web-tools $(if $(OPTIMIZE),$(WASM_OPT))
 	test -f $(SITE_MODELS)/index.json || { echo "no $(SITE_MODELS)/index.json: run make demo-models"; exit 1; }
-	trunk build $(TRUNK_FLAGS)
+	$(if $(OPTIMIZE),WASM_OPT=$(abspath $(WASM_OPT))) trunk build $(TRUNK_FLAGS)
 	rm -rf dist/models && cp -r $(SITE_MODELS) dist/models
 	if [ -f $(DATA)/advglue/dev_ann.json ]; then mkdir -p dist/data && cp $(DATA)/advglue/dev_ann.json dist/data/; fi
 
@@ -251,6 +256,10 @@ target/e2e/site/index.json: model
 		$(E2E_SAMPLES) --max-steps 40 --lr 1e-4 --seed 0 --out target/e2e/run
 	$(CARGO) run -q -p trainer -- export --web --force --model target/e2e/run/best \
 		--site target/e2e/site --name bert-sst2-quick
+
+# binaryen 132 (npm's build of it; Debian's 108 is too old for the SIMD rustc emits).
+$(WASM_OPT):
+	npm install --prefix target/binaryen --no-audit --no-fund binaryen@132
 
 .PHONY: demo site e2e-models
 

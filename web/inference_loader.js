@@ -1,5 +1,5 @@
 // The inference worker's script (web/src/bin/inference.rs), which picks one of its two builds.
-// web/relaxed-worker.sh builds the worker a second time with relaxed SIMD, whose fused
+// web/post-build.sh builds the worker a second time with relaxed SIMD, whose fused
 // multiply-add speeds up the CPU fallback's GEMM. A module containing relaxed-SIMD instructions
 // does not load at all in a browser without them, so the choice is made here, before loading:
 // the browser is asked to validate a one-function module that uses `f32x4.relaxed_madd`.
