@@ -116,13 +116,19 @@ reproduce-smoke: model
 
 ## The results (results/README.md), block by block. Each grid resumes from the summaries committed
 ## in results/runs, so a fresh clone trains only what is missing; the reports go to results/report.
-## T_SWEEP_LAYERS: block 1's best layer group (results/README.md).
+## T_SWEEP_LAYERS: block 1's best layer group (results/README.md). Block 2's examples/s come from
+## `trainer speed`, timed after the grid with nothing else running, and go into its report.
 T_SWEEP_LAYERS ?= all
-REPRODUCE := $(CARGO) run --release -p trainer --features openblas -- reproduce --data-dir $(DATA)
+TRAINER_RELEASE := $(CARGO) run --release -p trainer --features openblas --
+REPRODUCE := $(TRAINER_RELEASE) reproduce --data-dir $(DATA)
+T_SWEEP_FLAGS := $(if $(filter all,$(T_SWEEP_LAYERS)),,--im-layers $(T_SWEEP_LAYERS))
 reproduce: model
 	$(REPRODUCE) --preset sst2
 	$(REPRODUCE) --preset attack
-	$(REPRODUCE) --preset t-sweep $(if $(filter all,$(T_SWEEP_LAYERS)),,--im-layers $(T_SWEEP_LAYERS))
+	$(REPRODUCE) --preset t-sweep $(T_SWEEP_FLAGS)
+	$(TRAINER_RELEASE) speed --preset t-sweep --data-dir $(DATA) $(T_SWEEP_FLAGS)
+	$(TRAINER_RELEASE) report results/runs/t-sweep --group-by task,connection,adv \
+		--out results/report/t-sweep
 	$(REPRODUCE) --preset low-resource
 
 .PHONY: reproduce reproduce-smoke

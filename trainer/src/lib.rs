@@ -17,3 +17,4 @@ pub mod probe;
 pub mod report;
 pub mod reproduce;
 pub mod run;
+pub mod speed;

@@ -46,6 +46,9 @@ enum Command {
     /// Drift between clean and perturbed hidden states, per layer, for BERT, EX and IM side by
     /// side.
     Probe(Box<probe::ProbeArgs>),
+    /// Training and prediction examples/s of a grid's arms beside BERT's, measured in one run
+    /// on an idle machine (the grid's report shows it).
+    Speed(speed::SpeedArgs),
     /// Download GLUE (HF hub) and AdvGLUE dev into a data directory (needs internet).
     FetchData(fetch::FetchArgs),
 }
@@ -77,6 +80,7 @@ fn main() {
         Command::Reproduce(args) => reproduce::run(args),
         Command::LrSearch(args) => lr_search::run(*args),
         Command::Probe(args) => probe::run(*args),
+        Command::Speed(args) => speed::run(args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

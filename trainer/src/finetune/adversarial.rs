@@ -12,7 +12,7 @@ use crate::run::RunConfig;
 /// task loss minus `tau` times the cosine similarity of the final encoder states to the clean
 /// ones, each step normalised per example and projected onto `||delta||_F <= epsilon`; then
 /// `lambda L(x) + (1 - lambda) L(x + delta)`.
-pub(super) fn adversarial_loss<B: AutodiffBackend>(
+pub(crate) fn adversarial_loss<B: AutodiffBackend>(
     model: &BertClassifier<B>,
     input: &shared::BertInput<B>,
     labels: Tensor<B, 1, Int>,

@@ -28,8 +28,10 @@ use crate::adamw::AdamW;
 use crate::run::{self, RunConfig};
 
 pub use crate::run::{AdvKind, OptimizerKind};
+pub(crate) use adversarial::adversarial_loss;
 pub use args::FinetuneArgs;
 pub use checkpoint::TrainState;
+pub(crate) use train_loop::{split_data, to_batch, warm_start};
 
 /// What a finished run reports back (used by `reproduce`).
 #[derive(Debug, Clone)]

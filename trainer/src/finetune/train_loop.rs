@@ -77,6 +77,31 @@ fn prepare<B: Backend>(
     config: &RunConfig,
     device: &B::Device,
 ) -> Result<(Setup, BertClassifier<B>)> {
+    let (tokenizer, model, initialized_fresh) = warm_start::<B>(config, device)?;
+    let max_len = model.max_len(config.max_len);
+    let (train, val) = split_data(config, config.task)?;
+    let steps_per_epoch = train.len().div_ceil(config.batch_size * config.grad_accum);
+    let total_steps = (steps_per_epoch * config.epochs).min(config.max_steps.unwrap_or(usize::MAX));
+    let setup = Setup {
+        model_dir: config.resolve(&config.model),
+        tokenizer,
+        initialized_fresh,
+        max_len,
+        train,
+        val,
+        steps_per_epoch,
+        total_steps,
+    };
+    Ok((setup, model))
+}
+
+/// The run's tokenizer and its warm start: the pretrained model with the run's dropout and
+/// connections and the task's head, seeded by the run's seed where the head is drawn fresh
+/// (also the names of the weights drawn fresh).
+pub(crate) fn warm_start<B: Backend>(
+    config: &RunConfig,
+    device: &B::Device,
+) -> Result<(BertTokenizer, BertClassifier<B>, Vec<String>)> {
     let task = config.task;
     let model_dir = config.resolve(&config.model);
     let tokenizer = BertTokenizer::from_dir(&model_dir).context("loading the tokenizer")?;
@@ -97,29 +122,13 @@ fn prepare<B: Backend>(
         model.config.attention_probs_dropout_prob = p;
         model.config.classifier_dropout = Some(p);
     }
-    let spec = config.connection.clone();
-    let model = model.with_connections(&spec)?;
+    let model = model.with_connections(&config.connection)?;
     tokenizer.check_compatible(&model.config)?;
-    let max_len = model.max_len(config.max_len);
-    let (train, val) = split_data(config, task)?;
-    let steps_per_epoch = train.len().div_ceil(config.batch_size * config.grad_accum);
-    let total_steps = (steps_per_epoch * config.epochs).min(config.max_steps.unwrap_or(usize::MAX));
-    let initialized_fresh = report.initialized_fresh;
-    let setup = Setup {
-        model_dir,
-        tokenizer,
-        initialized_fresh,
-        max_len,
-        train,
-        val,
-        steps_per_epoch,
-        total_steps,
-    };
-    Ok((setup, model))
+    Ok((tokenizer, model, report.initialized_fresh))
 }
 
 /// The seeded 8:2 split of the training file, or the low-resource subsample.
-fn split_data(config: &RunConfig, task: Task) -> Result<(Vec<Example>, Vec<Example>)> {
+pub(crate) fn split_data(config: &RunConfig, task: Task) -> Result<(Vec<Example>, Vec<Example>)> {
     let path = config.resolve(&config.train_file);
     let all = data::load(&path, task)?;
     let n_all = all.len();
@@ -401,7 +410,7 @@ impl<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>> Trainer<'_, B, O> {
 }
 
 /// A batch of examples on the device.
-pub(super) fn to_batch<B: Backend>(
+pub(crate) fn to_batch<B: Backend>(
     tokenizer: &BertTokenizer,
     examples: &[&Example],
     max_len: usize,

@@ -72,6 +72,10 @@ pub fn markdown(report: &Report, plots: &[String]) -> String {
     }
 
     main_table(&mut md, report);
+    if let Some(speed) = &report.speed {
+        writeln!(md, "\n## Throughput, measured idle\n").ok();
+        md.push_str(&crate::speed::markdown(speed));
+    }
     pivot_by_task(&mut md, report);
     per_run_table(&mut md, report);
 
@@ -97,7 +101,9 @@ fn main_table(md: &mut String, report: &Report) {
          the model's own weights (in parentheses for a model that did not learn: stability of \
          a model that learned nothing is not robustness). GFLOPs: analytic forward matmul \
          FLOPs per example (`shared::model::flops`). Eval and train ex/s: examples per second \
-         measured on the machine that ran them (train: forward and backward, at batch 16).\n"
+         measured on the machine that ran them (train: forward and backward, at batch 16), with \
+         whatever else it ran; `trainer speed`'s idle figures, where measured, follow the \
+         table.\n"
     )
     .ok();
     let keys: Vec<&str> = report.group_by.iter().map(|k| k.name()).collect();

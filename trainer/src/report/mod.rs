@@ -141,7 +141,13 @@ pub fn run(args: ReportArgs) -> Result<()> {
         }
     }
     let runs = load_runs(&args.runs)?;
-    let report = summarise(runs, &args.group_by);
+    let mut report = summarise(runs, &args.group_by);
+    for dir in args.runs.iter().filter(|p| p.is_dir()) {
+        if let Some(speed) = crate::speed::read_speed(dir)? {
+            report.speed = Some(speed);
+            break;
+        }
+    }
     let written = write_report(&report, &args.out, args.font.as_deref())?;
     let flagged = report.runs.iter().filter(|r| r.did_not_learn()).count();
     let not_evaluated = report.runs.iter().filter(|r| r.eval.is_none()).count();

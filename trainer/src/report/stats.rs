@@ -143,6 +143,8 @@ pub struct Report {
     pub groups: Vec<GroupSummary>,
     /// Every run, sorted by directory.
     pub runs: Vec<RunRecord>,
+    /// `trainer speed`'s idle measurement of the grid's arms, when one lies beside the runs.
+    pub speed: Option<crate::speed::SpeedReport>,
 }
 
 /// Groups runs by `group_by` and computes each group's statistics. Groups come in the paper's
@@ -156,7 +158,7 @@ pub fn summarise(runs: Vec<RunRecord>, group_by: &[GroupKey]) -> Report {
     let mut groups: Vec<GroupSummary> =
         buckets.into_iter().map(|(values, members)| summarise_group(values, &members)).collect();
     groups.sort_by_key(group_order);
-    Report { group_by: group_by.to_vec(), groups, runs }
+    Report { group_by: group_by.to_vec(), groups, runs, speed: None }
 }
 
 fn summarise_group(values: Vec<String>, runs: &[&RunRecord]) -> GroupSummary {

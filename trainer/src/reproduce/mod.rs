@@ -20,7 +20,7 @@ use clap::Args;
 use shared::data::Task;
 
 pub use attack_report::{is_attack_dir, write as write_attack_report};
-pub use cell::{Cell, Shared};
+pub use cell::{config_of, Cell, Shared};
 pub use presets::{layer_thirds, Arm, Grid, Preset, LOW_RESOURCE, SEARCHED_LRS};
 
 use crate::backend::BackendKind;
