@@ -51,12 +51,18 @@ pub struct SpeedArgs {
     pub model: PathBuf,
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Timed optimizer steps per arm at the grid's batch size, after one untimed warm-up step.
+    /// Fewest timed optimizer steps per arm at the grid's batch size, after one untimed
+    /// warm-up step.
     #[arg(long, default_value_t = 4)]
     pub train_steps: usize,
-    /// Validation examples each arm predicts (timed), after one untimed batch.
+    /// Validation examples each arm predicts in one timed pass, after one untimed batch.
     #[arg(long, default_value_t = 128)]
     pub eval_examples: usize,
+    /// Fewest seconds each timing lasts: training takes more steps (cycling through the
+    /// split) and prediction more passes until both this and the counts above are reached, so
+    /// that a fast arm is not timed over a second of noise.
+    #[arg(long, default_value_t = 20.0)]
+    pub min_seconds: f64,
     /// Batch size of the prediction, as `reproduce`'s evaluation.
     #[arg(long, default_value_t = 32)]
     pub eval_batch_size: usize,
@@ -83,11 +89,14 @@ pub struct ArmSpeed {
     /// `none`, `creat` or `pgd`.
     pub adv: String,
     /// Optimizer steps (forward, backward, AdamW, with the run's dropout) from the warm start,
-    /// on the first batches of the seed-0 training split, padded to each batch's longest.
+    /// on the seed-0 training split's batches in order, padded to each batch's longest.
     pub train_examples_per_sec: f64,
+    pub train_steps: usize,
     pub train_mean_tokens: f64,
-    /// Prediction (no gradient) on the first examples of the seed-0 validation split.
+    /// Prediction (no gradient) on the first examples of the seed-0 validation split, in as
+    /// many passes as `min_seconds` takes.
     pub eval_examples_per_sec: f64,
+    pub eval_passes: usize,
     pub eval_mean_tokens: f64,
     /// What predicted: the arm's trained seed-0 model (its run's `best/`), or `warm start` for
     /// every arm when any arm's is not on this machine (backtracking's extra trial forwards
@@ -110,13 +119,14 @@ pub struct SpeedReport {
     pub backend: BackendKind,
     /// The CPU GEMM: `openblas` (with `OPENBLAS_CORETYPE` when set) or `matrixmultiply`.
     pub gemm: String,
-    /// 1-minute load average before the first and after the last measurement (Linux).
+    /// 1-minute load average before the first measurement (Linux): what else was running.
     pub load_before: Option<f64>,
-    pub load_after: Option<f64>,
     pub train_batch_size: usize,
+    /// Fewest timed steps and examples per pass, and fewest seconds, of each timing.
     pub train_steps: usize,
     pub eval_batch_size: usize,
     pub eval_examples: usize,
+    pub min_seconds: f64,
     /// In the order measured: BERT first and last, the grid's arms between.
     pub arms: Vec<ArmSpeed>,
 }
@@ -150,6 +160,9 @@ pub fn read_speed(dir: &Path) -> Result<Option<SpeedReport>> {
 pub fn run(args: SpeedArgs) -> Result<()> {
     if args.train_steps == 0 || args.eval_examples == 0 || args.eval_batch_size == 0 {
         bail!("--train-steps, --eval-examples and --eval-batch-size must be at least 1");
+    }
+    if !(args.min_seconds >= 0.0 && args.min_seconds.is_finite()) {
+        bail!("--min-seconds must be a finite number of seconds, at least 0");
     }
     let config = shared::BertConfig::from_file(&args.model.join("config.json"))?;
     if args.im_layers.is_some() && args.preset != Preset::TSweep {
@@ -235,11 +248,11 @@ pub fn run(args: SpeedArgs) -> Result<()> {
         backend: args.backend,
         gemm: gemm_name(),
         load_before,
-        load_after: load_average(),
         train_batch_size: grid_batch_size(&shared, &grid)?,
         train_steps: args.train_steps,
         eval_batch_size: args.eval_batch_size,
         eval_examples: args.eval_examples,
+        min_seconds: args.min_seconds,
         arms,
     };
     if let Some(parent) = out.parent() {
@@ -301,13 +314,9 @@ fn measure<B: AutodiffBackend>(
     let (tokenizer, mut model, _) = warm_start::<B>(config, device)?;
     let max_len = model.max_len(config.max_len);
     let (train, val) = split_data(config, task)?;
-    let batches: Vec<Vec<&Example>> = train
-        .chunks(config.batch_size)
-        .take(args.train_steps + 1)
-        .map(|c| c.iter().collect())
-        .collect();
-    if batches.len() <= args.train_steps {
-        bail!("{} training examples are fewer than {} batches", train.len(), args.train_steps + 1);
+    let batches: Vec<&[Example]> = train.chunks(config.batch_size).collect();
+    if batches.len() < 2 {
+        bail!("{} training examples make fewer than 2 batches", train.len());
     }
     let mut optim = AdamW::new(
         config.adam_beta1 as f32,
@@ -317,10 +326,15 @@ fn measure<B: AutodiffBackend>(
     )
     .init::<B, BertClassifier<B>>();
     let ce = CrossEntropyLossConfig::new().init(device);
-    let (mut seconds, mut tokens, mut examples) = (0.0, 0usize, 0usize);
-    for (i, batch) in batches.iter().enumerate() {
+    let (mut seconds, mut tokens, mut examples, mut steps) = (0.0, 0usize, 0usize, 0usize);
+    // The first step (untimed) pays for allocations and (on a GPU) kernel compilation.
+    for (i, batch) in batches.iter().cycle().enumerate() {
+        if i > args.train_steps && seconds >= args.min_seconds {
+            break;
+        }
+        let batch: Vec<&Example> = batch.iter().collect();
         let start = Instant::now();
-        let (input, labels) = to_batch::<B>(&tokenizer, batch, max_len, device)?;
+        let (input, labels) = to_batch::<B>(&tokenizer, &batch, max_len, device)?;
         let loss = if config.adv == AdvKind::None {
             let out = model.forward(&input, ForwardOptions::default());
             ce.forward(out.logits.context("no classifier")?, labels)
@@ -330,11 +344,11 @@ fn measure<B: AutodiffBackend>(
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(config.lr, model, grads);
         B::sync(device).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        // The first step pays for allocations and (on a GPU) kernel compilation.
         if i > 0 {
             seconds += start.elapsed().as_secs_f64();
             examples += batch.len();
-            tokens += token_count(&tokenizer, batch, max_len)?;
+            steps += 1;
+            tokens += token_count(&tokenizer, &batch, max_len)?;
         }
     }
     drop(model);
@@ -349,21 +363,29 @@ fn measure<B: AutodiffBackend>(
     let eval: Vec<&Example> = val.iter().take(args.eval_examples).collect();
     let warm_up = &eval[..args.eval_batch_size.min(eval.len())];
     predict(&predictor, &tokenizer, warm_up, args.eval_batch_size, max_len, device)?;
-    let timed = predict(&predictor, &tokenizer, &eval, args.eval_batch_size, max_len, device)?;
+    let (mut eval_seconds, mut passes, mut eval_tokens) = (0.0, 0usize, 0.0);
+    while passes == 0 || eval_seconds < args.min_seconds {
+        let timed = predict(&predictor, &tokenizer, &eval, args.eval_batch_size, max_len, device)?;
+        eval_seconds += timed.seconds;
+        eval_tokens = timed.mean_tokens;
+        passes += 1;
+    }
     let connections = predictor.bert.encoder.connections.clone();
     Ok(ArmSpeed {
         task: task.name().to_string(),
         connection: config.connection.to_spec_string(),
         adv: config.adv.name().to_string(),
         train_examples_per_sec: examples as f64 / seconds.max(1e-9),
+        train_steps: steps,
         train_mean_tokens: tokens as f64 / examples.max(1) as f64,
-        eval_examples_per_sec: eval.len() as f64 / timed.seconds.max(1e-9),
-        eval_mean_tokens: timed.mean_tokens,
+        eval_examples_per_sec: (passes * eval.len()) as f64 / eval_seconds.max(1e-9),
+        eval_passes: passes,
+        eval_mean_tokens: eval_tokens,
         eval_weights: weights_label(&trained.map(Path::to_path_buf)),
         forward_flops: shared::model::flops::forward_flops(
             &predictor.config,
             &connections,
-            timed.mean_tokens.round().max(1.0) as usize,
+            eval_tokens.round().max(1.0) as usize,
             true,
         ),
     })
@@ -385,11 +407,12 @@ pub fn markdown(report: &SpeedReport) -> String {
     writeln!(
         md,
         "Measured by `trainer speed --preset {}` at {} on {} ({} logical cores, {} backend, {} \
-         GEMM); 1-minute load average {} before, {} after. Train: {} optimizer steps at batch {} \
-         from the warm start, after one untimed step. Predict: {} validation examples at batch \
-         {}, after one untimed batch, by each arm's trained seed-0 model, or by the warm start \
-         for every arm when one of them was not on the machine. × BERT: the arm's time per \
-         example over BERT's (the mean of BERT's two rows).\n",
+         GEMM), with a 1-minute load average of {} before it started. Train: optimizer steps at \
+         batch {} from the warm start, at least {} of them and {} s, after one untimed step. \
+         Predict: passes over {} validation examples at batch {}, at least {} s, after one \
+         untimed batch, by each arm's trained seed-0 model, or by the warm start for every arm \
+         when one of them was not on the machine. × BERT: the arm's time per example over \
+         BERT's (the mean of BERT's two rows).\n",
         report.preset,
         report.measured_at,
         report.cpu.as_deref().unwrap_or("an unknown CPU"),
@@ -397,11 +420,12 @@ pub fn markdown(report: &SpeedReport) -> String {
         format!("{:?}", report.backend).to_lowercase(),
         report.gemm,
         load(report.load_before),
-        load(report.load_after),
-        report.train_steps,
         report.train_batch_size,
+        report.train_steps,
+        report.min_seconds,
         report.eval_examples,
         report.eval_batch_size,
+        report.min_seconds,
     )
     .ok();
     writeln!(
@@ -440,7 +464,9 @@ pub fn markdown(report: &SpeedReport) -> String {
 }
 
 fn now_utc() -> String {
-    time::OffsetDateTime::now_utc()
+    let now = time::OffsetDateTime::now_utc();
+    now.replace_nanosecond(0)
+        .unwrap_or(now)
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_else(|_| "unknown".into())
 }

@@ -48,6 +48,8 @@ fn speed_times_every_arm_beside_bert_and_the_report_shows_it() {
         "8",
         "--eval-batch-size",
         "4",
+        "--min-seconds",
+        "0.3",
         "--results",
         results.to_str().unwrap(),
         "--runs",
@@ -68,6 +70,9 @@ fn speed_times_every_arm_beside_bert_and_the_report_shows_it() {
             assert!(v.is_finite() && v > 0.0, "{key} of {arm}");
         }
     }
+    // BERT's tiny steps take milliseconds: more steps and passes fill the 0.3 s.
+    assert!(arms[0]["train_steps"].as_u64() > Some(1), "{}", arms[0]);
+    assert!(arms[0]["eval_passes"].as_u64() > Some(1), "{}", arms[0]);
     let flops: Vec<f64> = arms[1..5].iter().map(|a| a["forward_flops"].as_f64().unwrap()).collect();
     assert!(flops.windows(2).all(|w| w[1] > w[0]), "FLOPs grow with T: {flops:?}");
     let weights: Vec<&str> = arms.iter().map(|a| a["eval_weights"].as_str().unwrap()).collect();
