@@ -474,6 +474,12 @@ mod tests {
                 if !name.ends_with(".json") || name.ends_with(".search.json") {
                     continue;
                 }
+                if name == crate::speed::SPEED_FILE {
+                    // `trainer speed`'s measurement of the grid's arms, not a run.
+                    let speed: crate::speed::SpeedReport = read_json(&path).unwrap();
+                    assert!(speed.arms.iter().all(|a| a.train_examples_per_sec > 0.0));
+                    continue;
+                }
                 let raw: serde_json::Value = read_json(&path).unwrap();
                 let summary: RunSummary = read_json(&path).unwrap();
                 let config = &summary.config;
