@@ -12,23 +12,22 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use shared::data::Example;
 use shared::io::checkpoint::load_for_task;
-use shared::{BertClassifier, BertTokenizer, ForwardOptions};
+use shared::{BertClassifier, BertTokenizer};
 
 use crate::adamw::AdamW;
 use crate::backend::BackendKind;
 use crate::datasets;
 use crate::evaluate::predict;
-use crate::finetune::{adversarial_loss, split_data, to_batch, warm_start};
+use crate::finetune::{split_data, to_batch, training_loss, warm_start};
 use crate::lr_search::Search;
 use crate::reproduce::{config_of, Arm, Cell, Grid, Preset, Shared};
-use crate::run::{self, AdvKind, RunConfig};
+use crate::run::{self, RunConfig};
 
 /// The file `trainer report` reads beside a grid's summaries.
 pub const SPEED_FILE: &str = "speed.json";
@@ -325,7 +324,6 @@ fn measure<B: AutodiffBackend>(
         config.weight_decay as f32,
     )
     .init::<B, BertClassifier<B>>();
-    let ce = CrossEntropyLossConfig::new().init(device);
     let (mut seconds, mut tokens, mut examples, mut steps) = (0.0, 0usize, 0usize, 0usize);
     // The first step (untimed) pays for allocations and (on a GPU) kernel compilation.
     for (i, batch) in batches.iter().cycle().enumerate() {
@@ -335,12 +333,7 @@ fn measure<B: AutodiffBackend>(
         let batch: Vec<&Example> = batch.iter().collect();
         let start = Instant::now();
         let (input, labels) = to_batch::<B>(&tokenizer, &batch, max_len, device)?;
-        let loss = if config.adv == AdvKind::None {
-            let out = model.forward(&input, ForwardOptions::default());
-            ce.forward(out.logits.context("no classifier")?, labels)
-        } else {
-            adversarial_loss(&model, &input, labels, config)?
-        };
+        let loss = training_loss(&model, &input, labels, config)?;
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(config.lr, model, grads);
         B::sync(device).map_err(|e| anyhow::anyhow!("{e:?}"))?;

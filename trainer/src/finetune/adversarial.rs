@@ -1,4 +1,5 @@
-//! CreAT and PGD adversarial training on the word embeddings.
+//! The training loss of a batch: cross-entropy, or CreAT and PGD adversarial training on the
+//! word embeddings.
 
 use anyhow::{Context, Result};
 use burn::nn::loss::CrossEntropyLossConfig;
@@ -6,13 +7,31 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Int, Tensor};
 use shared::{BertClassifier, ForwardOptions};
 
-use crate::run::RunConfig;
+use crate::run::{AdvKind, RunConfig};
+
+/// The loss one training step minimises on a batch: cross-entropy without adversarial
+/// training, else `adversarial_loss`. Shared by the training loop and `trainer speed`, so that
+/// what speed times is what training runs.
+pub(crate) fn training_loss<B: AutodiffBackend>(
+    model: &BertClassifier<B>,
+    input: &shared::BertInput<B>,
+    labels: Tensor<B, 1, Int>,
+    config: &RunConfig,
+) -> Result<Tensor<B, 1>> {
+    if config.adv == AdvKind::None {
+        let logits =
+            model.forward(input, ForwardOptions::default()).logits.context("no classifier")?;
+        Ok(CrossEntropyLossConfig::new().init(&labels.device()).forward(logits, labels))
+    } else {
+        adversarial_loss(model, input, labels, config)
+    }
+}
 
 /// CreAT / PGD: one or more ascent steps on a word-embedding perturbation `delta`, maximising the
 /// task loss minus `tau` times the cosine similarity of the final encoder states to the clean
 /// ones, each step normalised per example and projected onto `||delta||_F <= epsilon`; then
 /// `lambda L(x) + (1 - lambda) L(x + delta)`.
-pub(crate) fn adversarial_loss<B: AutodiffBackend>(
+fn adversarial_loss<B: AutodiffBackend>(
     model: &BertClassifier<B>,
     input: &shared::BertInput<B>,
     labels: Tensor<B, 1, Int>,

@@ -28,7 +28,7 @@ use crate::adamw::AdamW;
 use crate::run::{self, RunConfig};
 
 pub use crate::run::{AdvKind, OptimizerKind};
-pub(crate) use adversarial::adversarial_loss;
+pub(crate) use adversarial::training_loss;
 pub use args::FinetuneArgs;
 pub use checkpoint::TrainState;
 pub(crate) use train_loop::{split_data, to_batch, warm_start};

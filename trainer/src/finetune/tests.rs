@@ -87,3 +87,42 @@ fn every_flag_that_defines_a_run_is_refused_with_resume() {
         assert!(command.get_arguments().any(|a| a.get_id() == *id), "{id} is not a flag");
     }
 }
+
+/// The loss a step minimises follows `--adv`: plain cross-entropy without it; with PGD
+/// (`lambda` 0, one ascent step) the loss at the perturbed embeddings, which the ascent makes
+/// larger than the clean loss; with `lambda` 1 the clean loss again.
+#[test]
+fn training_loss_follows_the_adversarial_setting() {
+    use burn::backend::{Autodiff, NdArray};
+    use burn::nn::loss::CrossEntropyLossConfig;
+    use burn::tensor::{Int, Tensor};
+    use shared::{BertClassifier, BertConfig, BertInput, ForwardOptions};
+    type B = Autodiff<NdArray<f64>>;
+
+    let device = Default::default();
+    // No dropout, so that every forward of the same input agrees.
+    let bert = BertConfig {
+        hidden_dropout_prob: 0.0,
+        attention_probs_dropout_prob: 0.0,
+        ..BertConfig::tiny()
+    };
+    let model = BertClassifier::<B>::new(&bert, 2, &device);
+    let ids = Tensor::<B, 2, Int>::from_data([[2, 7, 9, 3], [2, 5, 6, 3]], &device);
+    let input = BertInput {
+        input_ids: ids.clone(),
+        token_type_ids: ids.zeros_like(),
+        attention_mask: ids.ones_like(),
+    };
+    let labels = Tensor::<B, 1, Int>::from_data([0, 1], &device);
+    let logits = model.forward(&input, ForwardOptions::default()).logits.unwrap();
+    let clean: f64 =
+        CrossEntropyLossConfig::new().init(&device).forward(logits, labels.clone()).into_scalar();
+    let loss = |adv: AdvKind, lambda: f64| -> f64 {
+        let config = RunConfig { adv, adv_lambda: lambda, adv_tau: 0.0, ..config(0.1) };
+        training_loss(&model, &input, labels.clone(), &config).unwrap().into_scalar()
+    };
+    assert_eq!(loss(AdvKind::None, 0.5), clean);
+    let perturbed = loss(AdvKind::Pgd, 0.0);
+    assert!(perturbed > clean + 1e-6, "PGD loss {perturbed} is not above the clean {clean}");
+    assert!((loss(AdvKind::Pgd, 1.0) - clean).abs() < 1e-12);
+}

@@ -6,15 +6,14 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use burn::module::AutodiffModule;
-use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use shared::data::{self, Example, Task};
 use shared::io::checkpoint::{load_for_task, save_classifier};
-use shared::{BertClassifier, BertTokenizer, ForwardOptions};
+use shared::{BertClassifier, BertTokenizer};
 
-use super::adversarial::adversarial_loss;
+use super::adversarial::training_loss;
 use super::checkpoint::{
     check_state, find_checkpoint, refuse_lost_progress, restore_checkpoint, save_checkpoint,
     TrainState,
@@ -24,7 +23,7 @@ use super::logging::{log, warn_if_exploding, Progress};
 use super::validation::{validate, write_model_card};
 use super::{learning_rate, summary, RunOptions, TrainSummary};
 use crate::grad_norms::{clip_global_norm, grad_norms, GradNorms};
-use crate::run::{self, AdvKind, EpochMetrics, RunConfig};
+use crate::run::{self, EpochMetrics, RunConfig};
 
 /// What a run trains on besides the model: its tokenizer, data and schedule.
 struct Setup {
@@ -59,7 +58,6 @@ pub(super) fn train_with<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>>
         elapsed_before: state.elapsed_s,
         session_start: Instant::now(),
         examples_seen: 0,
-        ce: CrossEntropyLossConfig::new().init(device),
         config,
         run_dir,
         options,
@@ -240,7 +238,6 @@ struct Trainer<'a, B: AutodiffBackend, O> {
     options: &'a RunOptions,
     setup: Setup,
     device: &'a B::Device,
-    ce: CrossEntropyLoss<B>,
     optim: O,
     state: TrainState,
     progress: Progress,
@@ -329,13 +326,7 @@ impl<B: AutodiffBackend, O: Optimizer<BertClassifier<B>, B>> Trainer<'_, B, O> {
     ) -> Result<(Tensor<B, 1>, f64)> {
         let (input, labels) =
             to_batch::<B>(&self.setup.tokenizer, examples, self.setup.max_len, self.device)?;
-        let loss = if self.config.adv == AdvKind::None {
-            let logits =
-                model.forward(&input, ForwardOptions::default()).logits.context("no classifier")?;
-            self.ce.forward(logits, labels)
-        } else {
-            adversarial_loss(model, &input, labels, self.config)?
-        };
+        let loss = training_loss(model, &input, labels, self.config)?;
         let value: f64 = loss.clone().into_scalar().elem();
         if !value.is_finite() {
             bail!("{}", diagnose_non_finite(model, &input, self.state.step));
