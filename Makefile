@@ -127,8 +127,7 @@ reproduce: model
 	$(REPRODUCE) --preset attack
 	$(REPRODUCE) --preset t-sweep $(T_SWEEP_FLAGS)
 	$(TRAINER_RELEASE) speed --preset t-sweep --data-dir $(DATA) $(T_SWEEP_FLAGS)
-	$(TRAINER_RELEASE) report results/runs/t-sweep --group-by task,connection,adv \
-		--out results/report/t-sweep
+	$(REPRODUCE) --preset t-sweep $(T_SWEEP_FLAGS) # every cell is committed: only the report again
 	$(REPRODUCE) --preset low-resource
 
 .PHONY: reproduce reproduce-smoke

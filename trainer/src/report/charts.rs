@@ -170,9 +170,14 @@ fn drift_by_layer(report: &Report) -> Option<LineChart> {
 type PointAtT = (usize, Option<Stat>, Option<Stat>, bool);
 
 /// IM groups with the same settings but `T`, joined into one clean and one AdvGLUE line each.
+/// EX-BERT on the same layers is the line's `T = 0`: with no iteration, the solve returns its
+/// start, `z_0 = h + phi(h)`, which is EX-BERT's step. BERT, when reported, is a flat reference
+/// across the T axis.
 fn accuracy_vs_t(report: &Report, split: &str) -> Option<LineChart> {
     // Setting (every IM parameter but T, plus other group keys) -> its points.
     let mut settings: BTreeMap<String, Vec<PointAtT>> = BTreeMap::new();
+    // (layers, other group keys) of each setting, to find its EX-BERT.
+    let mut setting_scope: BTreeMap<String, (String, String)> = BTreeMap::new();
     for g in &report.groups {
         let (Some((spec, im)), Some(s)) = (implicit_spec(g), g.split(split)) else { continue };
         let mut grad = String::new();
@@ -185,18 +190,50 @@ fn accuracy_vs_t(report: &Report, split: &str) -> Option<LineChart> {
         if let Some(tol) = im.tolerance {
             grad += &format!(", tol {tol}");
         }
-        let key =
-            format!("γ={} {}{grad} {}", im.gamma, layers_label(&spec), other_values(report, g));
-        settings.entry(key.trim().to_string()).or_default().push((
+        let (layers, others) = (layers_label(&spec), other_values(report, g));
+        let key = format!("γ={} {layers}{grad} {others}", im.gamma).trim().to_string();
+        settings.entry(key.clone()).or_default().push((
             im.iterations,
             s.clean,
             s.adversarial,
             g.flagged(),
         ));
+        setting_scope.insert(key, (layers, others));
+    }
+    if settings.is_empty() {
+        return None;
+    }
+    // EX-BERT and BERT groups of this split, by (layers, other group keys) / other group keys.
+    let mut explicit: BTreeMap<(String, String), PointAtT> = BTreeMap::new();
+    let mut references = Vec::new();
+    for g in &report.groups {
+        let Some(s) = g.split(split) else { continue };
+        let Some(spec) = g.connection.as_deref().and_then(|c| ConnectionSpec::parse(c).ok()) else {
+            continue;
+        };
+        let others = other_values(report, g);
+        match spec.connection {
+            Connection::Explicit => {
+                let scope = (layers_label(&spec), others);
+                explicit.insert(scope, (0, s.clean, s.adversarial, g.flagged()));
+            }
+            Connection::Monotone => {
+                references.push((format!("BERT {others}").trim().to_string(), s, g.flagged()))
+            }
+            Connection::Implicit(_) => {}
+        }
     }
     let mut series = Vec::new();
-    for (color, (setting, mut points)) in settings.into_iter().enumerate() {
+    let mut color = 0;
+    let (mut t_min, mut t_max, mut with_ex) = (usize::MAX, 0, false);
+    for (setting, mut points) in settings {
+        if let Some(&t0) = setting_scope.get(&setting).and_then(|scope| explicit.get(scope)) {
+            points.push(t0);
+            with_ex = true;
+        }
         points.sort_by_key(|p| p.0);
+        t_min = t_min.min(points[0].0);
+        t_max = t_max.max(points[points.len() - 1].0);
         let flagged = points.iter().any(|p| p.3);
         let line = |clean: bool| {
             let pts: Vec<_> = points
@@ -216,10 +253,26 @@ fn accuracy_vs_t(report: &Report, split: &str) -> Option<LineChart> {
         };
         series.extend(line(true));
         series.extend(line(false));
+        color += 1;
     }
-    (!series.is_empty()).then(|| LineChart {
+    for (name, s, flagged) in references {
+        for clean in [true, false] {
+            let Some(stat) = (if clean { s.clean } else { s.adversarial }) else { continue };
+            let (mean, std) = pct_point(stat);
+            let what = if clean { CLEAN_LABEL } else { "AdvGLUE" };
+            series.push(LineSeriesData {
+                label: with_flag(format!("{what}, {name} (reference, no T)"), flagged),
+                color,
+                clean,
+                points: vec![(t_min as f64, mean, std), (t_max as f64, mean, std)],
+            });
+        }
+        color += 1;
+    }
+    let ex_note = if with_ex { "; T = 0: EX-BERT" } else { "" };
+    Some(LineChart {
         title: format!("{split}: accuracy vs T (IM-BERT)"),
-        x_label: "T (IM iterations)".into(),
+        x_label: format!("T (IM iterations{ex_note})"),
         y_label: "accuracy (%)".into(),
         series,
         y_max: None,

@@ -385,6 +385,52 @@ fn plots_are_written_with_their_labels() {
     assert_eq!(json["runs"].as_array().unwrap().len(), 8);
 }
 
+/// EX-BERT is the T sweep's `T = 0` (the solve's start is EX-BERT's step) and BERT a flat
+/// reference across the sweep; without EX-BERT the line starts at its smallest T.
+#[test]
+fn accuracy_vs_t_starts_at_ex_bert_beside_a_bert_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    fixture(tmp.path());
+    let lines = |report: &Report| -> LineChart {
+        charts(report)
+            .into_iter()
+            .find_map(|(stem, c)| match c {
+                Chart::Lines(l) if stem == "accuracy_vs_T_sst2" => Some(l),
+                _ => None,
+            })
+            .expect("an accuracy-vs-T chart")
+    };
+    let series = |chart: &LineChart, starts: &str, clean: bool| -> Vec<(f64, f64)> {
+        let s = chart
+            .series
+            .iter()
+            .find(|s| s.label.starts_with(starts) && s.clean == clean)
+            .unwrap_or_else(|| panic!("no series {starts}: {:?}", chart.series));
+        s.points.iter().map(|&(t, mean, _)| (t, mean)).collect()
+    };
+    let without = lines(&default_report(tmp.path()));
+    assert_eq!(without.x_label, "T (IM iterations)");
+    let im_clean = series(&without, "clean (GLUE dev), γ=0.1 all layers", true);
+    assert_eq!(im_clean.first().unwrap().0, 2.0);
+
+    let ex = run_config("sst2", "ex", 1);
+    write_run(tmp.path(), "sst2/ex-1", &ex, Some(&eval(&ex, &[sst2(0.80, 0.60)], false)));
+    let ex = run_config("sst2", "ex:layers=0-0", 1);
+    write_run(tmp.path(), "sst2/ex0-1", &ex, Some(&eval(&ex, &[sst2(0.70, 0.30)], false)));
+    let with = lines(&default_report(tmp.path()));
+    assert_eq!(with.x_label, "T (IM iterations; T = 0: EX-BERT)");
+    let im_clean = series(&with, "clean (GLUE dev), γ=0.1 all layers", true);
+    let im_adv = series(&with, "AdvGLUE, γ=0.1 all layers", false);
+    assert!(close(im_clean[0].0, 0.0) && close(im_clean[0].1, 80.0), "{im_clean:?}");
+    assert!(close(im_adv[0].1, 60.0), "{im_adv:?}");
+    assert_eq!(im_clean.iter().map(|p| p.0).collect::<Vec<_>>(), [0.0, 2.0, 5.0]);
+    let bert = series(&with, "clean (GLUE dev), BERT", true);
+    assert_eq!(bert.len(), 2);
+    assert!(bert.iter().all(|&(_, mean)| close(mean, 92.0)), "{bert:?}");
+    assert_eq!((bert[0].0, bert[1].0), (0.0, 5.0));
+    assert!(with.series.iter().any(|s| s.label.starts_with("AdvGLUE, BERT") && !s.clean));
+}
+
 #[test]
 fn command_line_defaults_and_group_keys() {
     use clap::Parser;

@@ -27,7 +27,7 @@ use crate::backend::BackendKind;
 use crate::datasets;
 use crate::lr_search::{self, Search, Trial};
 use crate::report::{self, GroupKey, ReportArgs};
-use crate::run::{self, RunSummary};
+use crate::run::{self, AdvKind, RunSummary};
 
 #[derive(Args, Debug, Clone)]
 pub struct ReproduceArgs {
@@ -169,12 +169,44 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
             run_line(&grid, &shared, &layout, task, arm, &mut progress)?;
         }
     }
+    let mut inputs = vec![layout.summaries.clone()];
+    if args.preset == Preset::TSweep && !args.smoke {
+        inputs.extend(block1_references(&args.results.join(Preset::Sst2.name()))?);
+    }
     report::run(ReportArgs {
-        runs: vec![layout.summaries.clone()],
+        runs: inputs,
         out: layout.report.clone(),
         group_by: vec![GroupKey::Task, GroupKey::Connection, GroupKey::Adv],
         font: None,
     })
+}
+
+/// Block 1's committed BERT and EX-BERT summaries (no adversarial training), which the T
+/// sweep's report shows beside it: EX-BERT is the sweep's `T = 0` and BERT its reference. Same
+/// task, data sizes, seeds and learning-rate search; none when block 1 has not run.
+fn block1_references(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    if !dir.is_dir() {
+        return Ok(found);
+    }
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let path = entry.with_context(|| format!("listing {}", dir.display()))?.path();
+        if path.extension().is_none_or(|e| e != "json") || !path.is_file() {
+            continue;
+        }
+        let value: serde_json::Value = run::read_json(&path)?;
+        if value.get("config").is_none() || value.get("eval").is_none() {
+            continue; // not a cell's summary (`speed.json`)
+        }
+        let summary: RunSummary = serde_json::from_value(value)
+            .with_context(|| format!("{}: not a run summary", path.display()))?;
+        let connection = summary.config.connection.to_spec_string();
+        if summary.config.adv == AdvKind::None && (connection == "bert" || connection == "ex") {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
 }
 
 /// Counts the cells as they are reached: `[3/36] name`.
@@ -348,4 +380,36 @@ fn dry_run(grid: &Grid, shared: &Shared, layout: &Layout) -> Result<()> {
     }
     println!("summaries: {}; report: {}", layout.summaries.display(), layout.report.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The T sweep's report takes block 1's plain BERT and EX-BERT cells, not its adversarially
+    /// trained or IM ones, nor files that are not cells.
+    #[test]
+    fn block1_references_are_its_bert_and_ex_cells() {
+        let template = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../results/runs/sst2/sst2-bert-none-lr1e-4-s0.json");
+        let summary: serde_json::Value = run::read_json(&template).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(block1_references(&tmp.path().join("absent")).unwrap().is_empty());
+        let write = |name: &str, connection: &str, adv: &str| {
+            let mut s = summary.clone();
+            s["config"]["connection"] = connection.into();
+            s["config"]["adv"] = adv.into();
+            let path = tmp.path().join(name);
+            std::fs::write(&path, serde_json::to_string(&s).unwrap()).unwrap();
+            path
+        };
+        let bert = write("a-bert.json", "bert", "none");
+        let ex = write("b-ex.json", "ex", "none");
+        write("c-creat.json", "bert", "creat");
+        write("d-im.json", "im:T=5,gamma=0.1", "none");
+        std::fs::write(tmp.path().join("speed.json"), r#"{"cpu": "x", "arms": []}"#).unwrap();
+        std::fs::write(tmp.path().join("notes.txt"), "not a summary").unwrap();
+        std::fs::create_dir(tmp.path().join("lr-search")).unwrap();
+        assert_eq!(block1_references(tmp.path()).unwrap(), [bert, ex]);
+    }
 }
