@@ -281,6 +281,7 @@ pub fn evaluate<B: Backend>(
                 majority_share: 0.0,
                 top_prediction_share: 0.0,
                 sampled_from: None,
+                held_out: None,
             });
         }
     }
@@ -335,7 +336,7 @@ fn clean_results(
     run_predict: &mut dyn FnMut(&[&Example]) -> Result<Predictions>,
 ) -> Result<Vec<CleanResult>> {
     let mut clean = Vec::new();
-    for (split, file) in datasets::dev_files(data_dir, task) {
+    for datasets::DevFile { split, path: file, held_out } in datasets::dev_files(data_dir, task) {
         let dev = data::load(&file, task)?;
         if dev.is_empty() {
             bail!("{}: no examples", file.display());
@@ -356,6 +357,7 @@ fn clean_results(
             majority_share: top_share(&labels),
             top_prediction_share: top_share(&p.predicted),
             sampled_from,
+            held_out,
         });
     }
     if clean.is_empty() {
@@ -484,6 +486,9 @@ pub fn markdown(r: &EvalReport) -> String {
             100.0 * c.top_prediction_share
         );
     }
+    for c in r.clean.iter().filter(|c| c.held_out.is_some()) {
+        md += &format!("\n{}: not GLUE dev, {}.\n", c.split, c.held_out.as_deref().unwrap_or(""));
+    }
     md += "\n| AdvGLUE | n | adversarial % | clean originals % (n) | adversarial on those % \
            | drop | word % | sentence % | human % | top-prediction % |\n\
            |---|---|---|---|---|---|---|---|---|---|\n";
@@ -558,6 +563,7 @@ mod tests {
             majority_share: 0.51,
             top_prediction_share: top,
             sampled_from: None,
+            held_out: None,
         };
         assert!(did_not_learn(&[c(0.53, 0.6)]).unwrap().contains("majority"));
         assert!(did_not_learn(&[c(0.7, 0.95)]).unwrap().contains("one label"));

@@ -307,6 +307,9 @@ pub struct CleanResult {
     /// The split's size when the accuracy is over a fixed sample of it (`eval --clean-sample`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled_from: Option<usize>,
+    /// What the examples are when they are not GLUE dev (`datasets::DevFile::held_out`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_out: Option<String>,
 }
 
 /// AdvGLUE dev results on one task's items.

@@ -73,6 +73,7 @@ pub fn csv(report: &Report) -> String {
             clean: None,
             majority: None,
             sampled_from: None,
+            held_out: None,
             adversarial: None,
             clean_original: None,
             adversarial_paired: None,

@@ -145,6 +145,15 @@ fn main_table(md: &mut String, report: &Report) {
         )
         .ok();
     }
+    let held_out: BTreeSet<String> = report
+        .groups
+        .iter()
+        .flat_map(|g| &g.splits)
+        .filter_map(|s| Some(format!("{}: {}", s.split, s.held_out.as_ref()?)))
+        .collect();
+    for note in held_out {
+        writeln!(md, "\n‡ clean accuracy and majority share, not on GLUE dev: {note}.").ok();
+    }
     if report.groups.iter().any(|g| g.flops_computed && g.flops.is_some()) {
         writeln!(
             md,
@@ -182,9 +191,10 @@ fn main_table_rows(g: &GroupSummary) -> Vec<Vec<String>> {
             row.extend([
                 s.split.clone(),
                 n.clone(),
-                match s.sampled_from {
-                    Some(_) => format!("{} †", pct(s.clean, g.evaluated)),
-                    None => pct(s.clean, g.evaluated),
+                match (s.sampled_from, &s.held_out) {
+                    (_, Some(_)) => format!("{} ‡", pct(s.clean, g.evaluated)),
+                    (Some(_), None) => format!("{} †", pct(s.clean, g.evaluated)),
+                    (None, None) => pct(s.clean, g.evaluated),
                 },
                 s.majority.map_or("–".into(), |m| format!("{:.1}", 100.0 * m.mean)),
                 robust(s.adversarial, g.evaluated, flag),

@@ -53,6 +53,8 @@ pub struct SplitSummary {
     pub majority: Option<Stat>,
     /// The dev split's size when the clean accuracy is over a fixed sample of it.
     pub sampled_from: Option<usize>,
+    /// What the clean examples are when they are not GLUE dev (QQP in the shared data).
+    pub held_out: Option<String>,
     /// AdvGLUE accuracy on every adversarial item.
     pub adversarial: Option<Stat>,
     /// Accuracy on the clean originals of the adversarial items.
@@ -207,6 +209,9 @@ fn summarise_group(values: Vec<String>, runs: &[&RunRecord]) -> GroupSummary {
                 }),
                 sampled_from: evals.iter().find_map(|e| {
                     e.clean.iter().find(|c| c.split == split).and_then(|c| c.sampled_from)
+                }),
+                held_out: evals.iter().find_map(|e| {
+                    e.clean.iter().find(|c| c.split == split).and_then(|c| c.held_out.clone())
                 }),
                 adversarial: per_run(&|e| adv(e).and_then(|a| nonempty(&a.adversarial))),
                 clean_original: per_run(&|e| adv(e).and_then(|a| nonempty(&a.clean_original))),

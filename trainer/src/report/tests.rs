@@ -74,6 +74,7 @@ fn eval(config: &RunConfig, splits: &[Split], did_not_learn: bool) -> EvalReport
                 majority_share: 0.5,
                 top_prediction_share: 0.5,
                 sampled_from: None,
+                held_out: None,
             })
             .collect(),
         advglue: splits
@@ -429,6 +430,31 @@ fn accuracy_vs_t_starts_at_ex_bert_beside_a_bert_reference() {
     assert!(bert.iter().all(|&(_, mean)| close(mean, 92.0)), "{bert:?}");
     assert_eq!((bert[0].0, bert[1].0), (0.0, 5.0));
     assert!(with.series.iter().any(|s| s.label.starts_with("AdvGLUE, BERT") && !s.clean));
+}
+
+/// A clean split that is not GLUE dev (QQP's held-out training pairs) is marked ‡ and named.
+#[test]
+fn a_held_out_clean_split_is_marked_in_the_table() {
+    let tmp = tempfile::tempdir().unwrap();
+    fixture(tmp.path());
+    let c = run_config("qqp", "bert", 1);
+    let mut e = eval(&c, &[], false);
+    e.clean = vec![CleanResult {
+        split: "qqp".into(),
+        score: score(0.8),
+        majority_share: 0.62,
+        top_prediction_share: 0.6,
+        sampled_from: None,
+        held_out: Some("held-out GLUE train pairs".into()),
+    }];
+    write_run(tmp.path(), "qqp/bert-1", &c, Some(&e));
+    let report = default_report(tmp.path());
+    let split = group(&report, "qqp", "bert").split("qqp").unwrap();
+    assert_eq!(split.held_out.as_deref(), Some("held-out GLUE train pairs"));
+    let md = markdown(&report, &[]);
+    assert!(md.contains("| 80.0 ‡ | 62.0 |"), "{md}");
+    assert!(md.contains("‡ clean accuracy and majority share, not on GLUE dev: qqp: held-out"));
+    assert!(!md.contains("| 90.0 ± 2.0 ‡"), "GLUE dev splits stay unmarked: {md}");
 }
 
 #[test]
