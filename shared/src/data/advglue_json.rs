@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::error::bad_row;
 use super::json_document::{parse_document, value_lines};
-use super::json_fields::{as_object, attack_level, example_from_object, optional_string};
+use super::json_fields::{adv_example_from_object, as_object};
 use super::{read_bytes, AdvExample, DataError, Loaded, ReadOptions, Task};
 
 /// Reads AdvGLUE `dev.json` or `dev_ann.json`: every task, in file order.
@@ -38,28 +38,8 @@ pub fn parse_advglue_json(
         for (row, item) in items.iter().enumerate() {
             let line = item_lines.next().unwrap_or(task_line);
             let adv = as_object(path, line, item).and_then(|obj| {
-                let original =
-                    |name: &str| optional_string(path, line, obj, &format!("original_{name}"));
-                let original_a = original(field_a)?;
-                let original_b = match field_b {
-                    Some(b) => original(b)?,
-                    None => None,
-                };
-                Ok(AdvExample {
-                    example: example_from_object(
-                        path,
-                        line,
-                        obj,
-                        (field_a, field_b.unwrap_or("")),
-                        task,
-                        row as i64,
-                    )?,
-                    task,
-                    method: optional_string(path, line, obj, "method")?,
-                    level: attack_level(path, line, obj)?,
-                    original_a,
-                    original_b,
-                })
+                let text_fields = (field_a, field_b.unwrap_or(""));
+                adv_example_from_object(path, line, obj, text_fields, task, row as i64)
             });
             out.push(adv, opts)?;
         }

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::error::{bad_row, unknown_label};
-use super::{AttackLevel, DataError, Example, Task};
+use super::{AdvExample, AttackLevel, DataError, Example, Task};
 
 pub(super) fn as_object<'v>(
     path: &Path,
@@ -43,7 +43,7 @@ pub(super) fn required_string(
     })
 }
 
-pub(super) fn attack_level(
+fn attack_level(
     path: &Path,
     line: usize,
     obj: &Map<String, Value>,
@@ -106,4 +106,68 @@ pub(super) fn example_from_object(
         Some(other) => return Err(bad_row(path, line, format!("idx {other} is not an integer"))),
     };
     Ok(Example { idx, text_a, text_b, label })
+}
+
+/// An [`AdvExample`]: the [`Example`] read from `text_fields` as [`example_from_object`] does,
+/// plus the annotations an AdvGLUE item may carry (`method`, `data_construction`, and
+/// `original_<field>` named after the task's AdvGLUE fields); absent annotations are `None`.
+pub(super) fn adv_example_from_object(
+    path: &Path,
+    line: usize,
+    obj: &Map<String, Value>,
+    text_fields: (&str, &str),
+    task: Task,
+    default_idx: i64,
+) -> Result<AdvExample, DataError> {
+    let original = |name: &str| optional_string(path, line, obj, &format!("original_{name}"));
+    let (field_a, field_b) = task.advglue_fields();
+    let original_a = original(field_a)?;
+    let original_b = match field_b {
+        Some(b) => original(b)?,
+        None => None,
+    };
+    Ok(AdvExample {
+        example: example_from_object(path, line, obj, text_fields, task, default_idx)?,
+        task,
+        method: optional_string(path, line, obj, "method")?,
+        level: attack_level(path, line, obj)?,
+        original_a,
+        original_b,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::data::{parse_advglue_json, parse_advglue_jsonl, AttackLevel, ReadOptions, Task};
+
+    /// Both AdvGLUE readers keep a pair item's annotations: both originals (named after the
+    /// task's fields), the method and the level.
+    #[test]
+    fn both_advglue_readers_keep_a_pair_items_annotations() {
+        let annotations = r#""method": "TextFooler", "data_construction": "word",
+            "original_question": "Who wrote it?", "original_sentence": "She wrote it.""#;
+        let document = format!(
+            r#"{{"qnli": [{{"idx": 7, "label": 1, "question": "Who wrot it?",
+            "sentence": "She wrote it.", {annotations}}}]}}"#
+        );
+        let line = format!(
+            r#"{{"idx": 7, "label": 1, "text_a": "Who wrot it?", "text_b": "She wrote it.", {}}}"#,
+            annotations.replace('\n', " ")
+        );
+        let opts = ReadOptions::strict();
+        let from_json = parse_advglue_json(Path::new("dev_ann.json"), document.as_bytes(), &opts);
+        let from_jsonl =
+            parse_advglue_jsonl(Path::new("qnli.jsonl"), line.as_bytes(), Task::Qnli, &opts);
+        for items in [from_json.unwrap().rows, from_jsonl.unwrap().rows] {
+            let item = &items[0];
+            assert_eq!((item.task, item.example.idx, item.example.label), (Task::Qnli, 7, 1));
+            assert_eq!(item.example.text_a, "Who wrot it?");
+            assert_eq!(item.original_a.as_deref(), Some("Who wrote it?"));
+            assert_eq!(item.original_b.as_deref(), Some("She wrote it."));
+            assert_eq!(item.method.as_deref(), Some("TextFooler"));
+            assert_eq!(item.level, Some(AttackLevel::Word));
+        }
+    }
 }

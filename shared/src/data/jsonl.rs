@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::json_fields::{as_object, attack_level, example_from_object, optional_string};
+use super::json_fields::{adv_example_from_object, as_object};
 use super::read::lines;
 use super::{read_bytes, AdvExample, DataError, Example, Loaded, ReadOptions, Task};
 
@@ -51,29 +51,7 @@ pub fn parse_advglue_jsonl(
                 message: e.to_string(),
             })?;
             let obj = as_object(path, line, &value)?;
-            let fields = task.advglue_fields();
-            let original =
-                |name: &str| optional_string(path, line, obj, &format!("original_{name}"));
-            let original_a = original(fields.0)?;
-            let original_b = match fields.1 {
-                Some(b) => original(b)?,
-                None => None,
-            };
-            Ok(AdvExample {
-                example: example_from_object(
-                    path,
-                    line,
-                    obj,
-                    ("text_a", "text_b"),
-                    task,
-                    row as i64,
-                )?,
-                task,
-                method: optional_string(path, line, obj, "method")?,
-                level: attack_level(path, line, obj)?,
-                original_a,
-                original_b,
-            })
+            adv_example_from_object(path, line, obj, ("text_a", "text_b"), task, row as i64)
         });
         out.push(item, opts)?;
     }
