@@ -136,11 +136,13 @@ reproduce: model
 references: model venv
 	$(PY) tests/python/reference.py --minilm $(MODEL) --out tests/fixtures
 
-## Forward pass and training step against PyTorch eager on the same machine, in the same run.
+## Forward pass and training step against PyTorch eager on the same machine, in the same run;
+## a training step's memory against our BERT's.
 bench: model venv
 	IMBERT_PYTHON=$(abspath $(PY)) $(CARGO) bench -p shared --features openblas --bench forward
 	IMBERT_PYTHON=$(abspath $(PY)) $(CARGO) bench -p shared --features openblas --bench gemm
 	IMBERT_PYTHON=$(abspath $(PY)) $(CARGO) bench -p trainer --features openblas --bench train_step
+	$(CARGO) bench -p trainer --features openblas --bench train_memory
 
 ## The wasm build computes what the native build computes (tests/fixtures/web_reference.json):
 ## token ids, logits on burn-ndarray and on WebGPU (Chromium's SwiftShader), perturbations. Runs

@@ -8,66 +8,22 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
-use burn::backend::{Autodiff, NdArray};
-use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
-use burn::tensor::{Int, Tensor, TensorData};
-use shared::io::checkpoint::load_for_task;
-use shared::{BertClassifier, BertInput, ConnectionSpec, ForwardOptions};
+use shared::{BertClassifier, ConnectionSpec};
 use trainer::adamw::AdamW;
 
+mod common;
 #[path = "../../shared/benches/peer/mod.rs"]
 mod peer;
 
-type B = Autodiff<NdArray<f32>>;
+use common::{model_dir, Setup, B};
+
 const BATCH: usize = 16;
 const SEQ: usize = 128;
 const REPS: usize = 3;
-
-/// The model, one fixed batch and the loss every timing shares.
-struct Setup {
-    base: BertClassifier<B>,
-    input: BertInput<B>,
-    labels: Tensor<B, 1, Int>,
-    ce: CrossEntropyLoss<B>,
-}
-
-impl Setup {
-    fn new(dir: &Path) -> Self {
-        let device = Default::default();
-        let (base, _) = load_for_task::<B>(dir, 2, &device)
-            .unwrap_or_else(|e| panic!("{e}: run `make model` first"));
-        let ids: Vec<i64> = (0..BATCH * SEQ)
-            .map(|i| match i % SEQ {
-                0 => 101,
-                j if j == SEQ - 1 => 102,
-                j => 1000 + (j as i64 * 7919 + i as i64) % 19000,
-            })
-            .collect();
-        let t =
-            |v: Vec<i64>| Tensor::<B, 2, Int>::from_data(TensorData::new(v, [BATCH, SEQ]), &device);
-        let input = BertInput {
-            input_ids: t(ids),
-            token_type_ids: t(vec![0; BATCH * SEQ]),
-            attention_mask: t(vec![1; BATCH * SEQ]),
-        };
-        let labels = Tensor::<B, 1, Int>::from_data(
-            TensorData::new((0..BATCH as i64).map(|i| i % 2).collect::<Vec<_>>(), [BATCH]),
-            &device,
-        );
-        Self { base, input, labels, ce: CrossEntropyLossConfig::new().init(&device) }
-    }
-
-    fn loss(&self, model: &BertClassifier<B>) -> Tensor<B, 1> {
-        self.ce.forward(
-            model.forward(&self.input, ForwardOptions::default()).logits.unwrap(),
-            self.labels.clone(),
-        )
-    }
-}
 
 fn median(mut times: Vec<f64>) -> Option<f64> {
     times.sort_by(f64::total_cmp);
@@ -121,10 +77,8 @@ fn time_updates(setup: &Setup) -> (f64, f64) {
 
 fn main() {
     shared::cpu::allocator::keep_freed_pages();
-    let dir = std::env::var_os("IMBERT_MINILM").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/all-minilm-l6-v2")
-    });
-    let setup = Setup::new(&dir);
+    let dir = model_dir();
+    let setup = Setup::new(&dir, BATCH, SEQ);
 
     // `cargo bench --bench train_step -- bert` runs only the configs whose name contains "bert".
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-')).unwrap_or_default();

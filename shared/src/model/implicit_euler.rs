@@ -148,10 +148,10 @@ impl InnerGradient {
     ) -> Tensor<B, 3> {
         match self {
             InnerGradient::Exact => phi.vjp(cache, r.clone()),
-            // The layer's weights are live inside the VJP too: detach its result, not just its
-            // inputs, so that no second-order term reaches them either.
+            // The layer's weights are live inside the VJP too: run it on an untracked copy, so
+            // that no second-order term reaches them and the graph keeps nothing of it.
             InnerGradient::Detached | InnerGradient::Frozen => {
-                phi.vjp(&cache.clone().detach(), r.clone().detach()).detach()
+                phi.untracked().vjp(&cache.clone().detach(), r.clone().detach())
             }
         }
     }

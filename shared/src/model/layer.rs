@@ -8,7 +8,7 @@
 //! cache). The forward mirrors HF `BertLayer` (modeling_bert.py): self-attention, output dense +
 //! residual + LayerNorm, intermediate dense + GELU, output dense + residual + LayerNorm.
 
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
@@ -131,6 +131,15 @@ impl<B: Backend> LayerCache<B> {
     }
 }
 
+/// Initialises every lazy parameter in place, so that clones share its values.
+struct Materialise;
+
+impl<B: Backend> ModuleVisitor<B> for Materialise {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let _ = param.val();
+    }
+}
+
 impl<B: Backend> BertLayer<B> {
     pub fn new(config: &BertConfig, device: &B::Device) -> Self {
         let h = config.hidden_size;
@@ -157,6 +166,16 @@ impl<B: Backend> BertLayer<B> {
                 eps: config.layer_norm_eps,
             },
         }
+    }
+
+    /// The same layer with its weights off the autodiff graph, for what the training gradient
+    /// treats as a constant. Detaching a result afterwards is not enough: burn keeps every
+    /// tracked op's saved inputs until `backward`, reachable or not, so a VJP run on the live
+    /// weights would hold a backward pass's worth of activations per iteration.
+    pub fn untracked(&self) -> Self {
+        // A clone of a parameter not yet initialised would draw its own random values.
+        self.visit(&mut Materialise);
+        self.clone().no_grad()
     }
 
     /// `phi(h)`: `[batch, seq, hidden]` -> `[batch, seq, hidden]`, keeping nothing for a VJP.

@@ -25,15 +25,26 @@ struct Iterate<B: Backend> {
     norm: Tensor<B, 1>, // [batch]
 }
 
-/// What one solve shares: the layer, its input and the padding mask.
+/// What one solve shares: the layer (and an untracked copy for the step search), its input and
+/// the padding mask.
 struct Problem<'a, B: Backend> {
     phi: &'a BertLayer<B>,
+    phi_untracked: BertLayer<B>,
     h_prev: &'a Tensor<B, 3>,
     ctx: &'a LayerContext<B>,
     token_mask: &'a Tensor<B, 3>,
 }
 
-impl<B: Backend> Problem<'_, B> {
+impl<'a, B: Backend> Problem<'a, B> {
+    fn new(
+        phi: &'a BertLayer<B>,
+        h_prev: &'a Tensor<B, 3>,
+        ctx: &'a LayerContext<B>,
+        token_mask: &'a Tensor<B, 3>,
+    ) -> Self {
+        Problem { phi, phi_untracked: phi.untracked(), h_prev, ctx, token_mask }
+    }
+
     fn at(&self, z: Tensor<B, 3>) -> Iterate<B> {
         let (phi_z, cache) = self.phi.forward_cached(z.clone(), self.ctx);
         let r = masked_residual(&z, self.h_prev, phi_z, self.token_mask);
@@ -51,13 +62,13 @@ struct Rows<'a, B: Backend> {
 }
 
 impl<'a, B: Backend> Rows<'a, B> {
-    fn of(problem: &Problem<'a, B>, rows: &[usize]) -> Self {
+    fn of(problem: &'a Problem<'_, B>, rows: &[usize]) -> Self {
         let ctx = LayerContext {
             attention_bias: select_rows(problem.ctx.attention_bias.clone(), rows),
             ..problem.ctx.clone()
         };
         Rows {
-            phi: problem.phi,
+            phi: &problem.phi_untracked,
             h_prev: select_rows(problem.h_prev.clone().detach(), rows),
             ctx,
             token_mask: select_rows(problem.token_mask.clone(), rows),
@@ -110,7 +121,7 @@ impl ImplicitEuler {
         options: SolveOptions,
     ) -> ImplicitStep<B> {
         let record = options.record;
-        let problem = Problem { phi, h_prev: &h_prev, ctx, token_mask };
+        let problem = Problem::new(phi, &h_prev, ctx, token_mask);
         let batch = h_prev.dims()[0];
         let device = h_prev.device();
         // z_0 = h_{t-1} + phi_t(h_{t-1}): the explicit Euler step, as in the fixed loop.
@@ -302,7 +313,7 @@ mod tests {
     #[test]
     fn the_device_search_takes_the_host_search_steps() {
         let (phi, ctx, token_mask, h) = fixture::<NdArray<f64>>();
-        let problem = Problem { phi: &phi, h_prev: &h, ctx: &ctx, token_mask: &token_mask };
+        let problem = Problem::new(&phi, &h, &ctx, &token_mask);
         let state = problem.at(h.clone() + phi.forward(h.clone(), &ctx));
         let gradient = InnerGradient::Detached;
         let direction =
