@@ -140,18 +140,20 @@ impl InnerGradient {
     }
 
     /// `J^T r` at `cache`'s point, cut from the graph as far as this choice asks.
+    /// `phi_untracked` is `phi.untracked()`, made once per solve by the caller.
     fn jtr<B: Backend>(
         &self,
         phi: &BertLayer<B>,
+        phi_untracked: &BertLayer<B>,
         cache: &LayerCache<B>,
         r: &Tensor<B, 3>,
     ) -> Tensor<B, 3> {
         match self {
             InnerGradient::Exact => phi.vjp(cache, r.clone()),
-            // The layer's weights are live inside the VJP too: run it on an untracked copy, so
+            // The layer's weights are live inside the VJP too: run it on the untracked copy, so
             // that no second-order term reaches them and the graph keeps nothing of it.
             InnerGradient::Detached | InnerGradient::Frozen => {
-                phi.untracked().vjp(&cache.clone().detach(), r.clone().detach())
+                phi_untracked.vjp(&cache.clone().detach(), r.clone().detach())
             }
         }
     }
@@ -211,6 +213,7 @@ impl ImplicitEuler {
 
         // z_0 = h_{t-1} + phi_t(h_{t-1}): start from the explicit Euler step.
         let mut z = add_residual(phi.forward(h_prev.clone(), ctx), None, h_prev.clone());
+        let phi_untracked = phi.untracked();
 
         for _ in 0..self.iterations {
             // One forward feeds both r and the VJP.
@@ -221,7 +224,7 @@ impl ImplicitEuler {
                 residuals.push(squared_norm(&r));
             }
             // grad_z ||r||^2 = 2 (r - J_phi(z)^T r)
-            let jtr = self.gradient.jtr(phi, &cache, &r);
+            let jtr = self.gradient.jtr(phi, &phi_untracked, &cache, &r);
             // z <- z - gamma * grad, one pass on the CPU.
             z = descent_step(&z, &self.gradient.update_residual(&r), jtr, 2.0 * self.gamma);
         }

@@ -25,8 +25,8 @@ struct Iterate<B: Backend> {
     norm: Tensor<B, 1>, // [batch]
 }
 
-/// What one solve shares: the layer (and an untracked copy for the step search), its input and
-/// the padding mask.
+/// What one solve shares: the layer (and an untracked copy for `J^T r` and the step search), its
+/// input and the padding mask.
 struct Problem<'a, B: Backend> {
     phi: &'a BertLayer<B>,
     phi_untracked: BertLayer<B>,
@@ -147,7 +147,7 @@ impl ImplicitEuler {
             }
             iterations += 1;
             // grad_z ||r||^2 / 2 = r - J^T r, cut from the graph as the gradient choice says.
-            let jtr = self.gradient.jtr(phi, &state.cache, &state.r);
+            let jtr = self.gradient.jtr(phi, &problem.phi_untracked, &state.cache, &state.r);
             let direction = self.gradient.update_residual(&state.r) - jtr;
             let gamma = active.clone().mul_scalar(self.gamma);
             let (next, taken) = match self.step_rule {
@@ -316,8 +316,8 @@ mod tests {
         let problem = Problem::new(&phi, &h, &ctx, &token_mask);
         let state = problem.at(h.clone() + phi.forward(h.clone(), &ctx));
         let gradient = InnerGradient::Detached;
-        let direction =
-            gradient.update_residual(&state.r) - gradient.jtr(&phi, &state.cache, &state.r);
+        let direction = gradient.update_residual(&state.r)
+            - gradient.jtr(&phi, &problem.phi_untracked, &state.cache, &state.r);
         let device = Default::default();
         let active = Tensor::<NdArray<f64>, 1>::from_floats([1.0, 1.0, 0.0], &device);
         let mut halvings = 0;
