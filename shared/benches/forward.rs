@@ -15,12 +15,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use burn::backend::NdArray;
-use burn::tensor::{Int, Tensor, TensorData};
 use std::hint::black_box;
 
+mod minilm;
 mod peer;
 
 use criterion::Criterion;
+use minilm::{model_dir, synthetic_input};
 use shared::io::checkpoint::load_classifier;
 use shared::model::flops::forward_flops;
 use shared::{BertClassifier, BertConfig, BertInput, ConnectionSpec, ForwardOptions};
@@ -35,38 +36,13 @@ const CONFIGS: [(&str, &str); 4] = [
     ("im_2_3", "im:T=5,gamma=0.1,layers=2-3"),
 ];
 
-fn model_dir() -> PathBuf {
-    std::env::var_os("IMBERT_MINILM").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/all-minilm-l6-v2")
-    })
-}
-
-fn input() -> BertInput<B> {
-    // Same token ids as forward_torch.py is not needed: cost does not depend on the ids.
-    let ids: Vec<i64> = (0..BATCH * SEQ)
-        .map(|i| match i % SEQ {
-            0 => 101,
-            j if j == SEQ - 1 => 102,
-            j => 1000 + (j as i64 * 7919 + i as i64) % 19000,
-        })
-        .collect();
-    let t = |v: Vec<i64>| {
-        Tensor::<B, 2, Int>::from_data(TensorData::new(v, [BATCH, SEQ]), &Default::default())
-    };
-    BertInput {
-        input_ids: t(ids),
-        token_type_ids: t(vec![0; BATCH * SEQ]),
-        attention_mask: t(vec![1; BATCH * SEQ]),
-    }
-}
-
 fn main() {
     std::sync::LazyLock::force(&peer::PROCESS_START);
     shared::cpu::allocator::keep_freed_pages();
     let dir = model_dir();
     let (base, _) = load_classifier::<B>(&dir, Some(2), &Default::default())
         .unwrap_or_else(|e| panic!("{e}: run `make model` first"));
-    let x = input();
+    let x = synthetic_input::<B>(BATCH, SEQ, &Default::default());
     let mut c = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
