@@ -4,19 +4,17 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
 use clap::Args;
 use shared::data::{self, AdvExample, Example, Task};
 use shared::io::bundle::load_model_dir;
-use shared::{BertClassifier, BertTokenizer, ConnectionSpec, ForwardOptions};
+use shared::{BertClassifier, BertTokenizer, ConnectionSpec};
 
 use crate::backend::BackendKind;
 use crate::datasets;
+use crate::predict::{predict_by_length, Predictions};
 use crate::run::{self, AdvResult, CleanResult, EvalReport, LevelResult, RunConfig, Score};
 
 #[derive(Args, Debug, Clone)]
@@ -54,60 +52,6 @@ pub struct EvalArgs {
     #[arg(long, value_enum, default_value = "ndarray")]
     pub backend: BackendKind,
 }
-
-/// Model predictions over a list of examples.
-#[derive(Debug, Clone)]
-pub struct Predictions {
-    pub predicted: Vec<usize>,
-    /// Mean cross-entropy against the examples' labels.
-    pub loss: f64,
-    pub seconds: f64,
-    pub mean_tokens: f64,
-}
-
-/// Runs the model over `examples` in batches (no dropout: call on an inference model).
-pub fn predict<B: Backend>(
-    model: &BertClassifier<B>,
-    tokenizer: &BertTokenizer,
-    examples: &[&Example],
-    batch_size: usize,
-    max_len: usize,
-    device: &B::Device,
-) -> Result<Predictions> {
-    let start = Instant::now();
-    let mut predicted = Vec::with_capacity(examples.len());
-    let (mut loss_sum, mut tokens) = (0.0, 0usize);
-    let ce = CrossEntropyLossConfig::new().init(device);
-    for chunk in examples.chunks(batch_size.max(1)) {
-        let items: Vec<(&str, Option<&str>)> =
-            chunk.iter().map(|e| (e.text_a.as_str(), e.text_b.as_deref())).collect();
-        let batch = tokenizer.encode(&items, max_len)?;
-        tokens += (0..batch.batch).map(|i| batch.length(i)).sum::<usize>();
-        let logits = model
-            .forward(&batch.to_input::<B>(device), ForwardOptions::default())
-            .logits
-            .context("the model has no classifier")?;
-        let labels: Vec<i64> = chunk.iter().map(|e| e.label as i64).collect();
-        let labels = Tensor::<B, 1, Int>::from_data(TensorData::new(labels, [chunk.len()]), device);
-        let loss: f64 = ce.forward(logits.clone(), labels).into_scalar().elem();
-        if !loss.is_finite() {
-            anyhow::bail!("non-finite loss during evaluation");
-        }
-        loss_sum += loss * chunk.len() as f64;
-        let argmax =
-            logits.argmax(1).into_data().convert::<i64>().into_vec::<i64>().unwrap_or_default();
-        predicted.extend(argmax.into_iter().map(|p| p as usize));
-    }
-    let n = examples.len().max(1) as f64;
-    Ok(Predictions {
-        predicted,
-        loss: loss_sum / n,
-        seconds: start.elapsed().as_secs_f64(),
-        mean_tokens: tokens as f64 / n,
-    })
-}
-
-use burn::tensor::ElementConversion;
 
 /// Accuracy (and F1 of class 1 when asked) of predictions against labels.
 pub fn score(predicted: &[usize], labels: &[usize], with_f1: bool) -> Score {
@@ -249,7 +193,7 @@ pub fn evaluate<B: Backend>(
     let max_len = model.max_len(args.max_len);
     let (mut seconds, mut examples, mut tokens) = (0.0, 0usize, 0.0);
     let mut run_predict = |list: &[&Example]| -> Result<Predictions> {
-        let p = predict(&model, &tokenizer, list, args.batch_size, max_len, device)?;
+        let p = predict_by_length(&model, &tokenizer, list, args.batch_size, max_len, device)?;
         seconds += p.seconds;
         examples += list.len();
         tokens += p.mean_tokens * list.len() as f64;

@@ -13,6 +13,7 @@ pub mod flip;
 pub mod grad_norms;
 pub mod inspect;
 pub mod lr_search;
+pub mod predict;
 pub mod probe;
 pub mod report;
 pub mod reproduce;

@@ -23,9 +23,9 @@ use shared::{BertClassifier, BertTokenizer};
 use crate::adamw::AdamW;
 use crate::backend::BackendKind;
 use crate::datasets;
-use crate::evaluate::predict;
 use crate::finetune::{split_data, to_batch, training_loss, warm_start};
 use crate::lr_search::Search;
+use crate::predict::predict;
 use crate::reproduce::{config_of, Arm, Cell, Grid, Preset, Shared};
 use crate::run::{self, RunConfig};
 

@@ -14,8 +14,9 @@ use shared::{BertClassifier, BertTokenizer};
 
 use super::checkpoint::TrainState;
 use super::logging::{log, warn_if_exploding};
-use crate::evaluate::{self, predict};
+use crate::evaluate;
 use crate::grad_norms::GradNorms;
+use crate::predict::predict;
 use crate::run::{self, EpochMetrics, RunConfig};
 
 /// Validation loss and accuracy; a new lowest loss saves `best/`.
