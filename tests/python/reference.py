@@ -252,8 +252,8 @@ def compare(committed: pathlib.Path, fresh: pathlib.Path) -> int:
                 if rel.name == "minilm_im_gradients.safetensors" and k.startswith("paper."):
                     # At the paper's gamma 0.1 the iterations amplify f64 rounding ~1e8-fold: two
                     # CPUs' kernels (an AMD EPYC against the machine these were made on) land up to
-                    # 40% apart on grad=exact and 0.6% on the others. Like f32_vs_f64 below, a
-                    # regeneration can only promise the same order of magnitude there.
+                    # 40% apart on grad=exact and 0.6% on the others. A regeneration can only
+                    # promise the same order of magnitude there.
                     big = max(a[k].double().abs().max().item(), b[k].double().abs().max().item())
                     small = min(a[k].double().abs().max().item(), b[k].double().abs().max().item())
                     if big > 10 * max(small, 1e-30):
@@ -275,18 +275,39 @@ def compare(committed: pathlib.Path, fresh: pathlib.Path) -> int:
         elif new.suffix == ".json":
             a, b = json.loads(old.read_text()), json.loads(new.read_text())
             if isinstance(a, dict) and "f32_vs_f64" in a and isinstance(b, dict):
-                # How far f32 lands from f64 depends on the CPU's kernels (at gamma 0.1 it is
-                # rounding noise): the same order of magnitude is all a regeneration can promise.
-                close = lambda x, y: 0.1 <= (x + 1e-12) / (y + 1e-12) <= 10.0
                 errs_a, errs_b = a.pop("f32_vs_f64"), b.pop("f32_vs_f64", None)
-                same = a == b and errs_b is not None and errs_a.keys() == errs_b.keys() and all(
-                    errs_a[t].keys() == errs_b[t].keys() and all(close(errs_a[t][g], errs_b[t][g]) for g in errs_a[t])
-                    for t in errs_a)
+                problems = [] if a == b else ["connections differ"]
+                problems += f32_error_mismatches(errs_a, errs_b)
             else:
-                same = a == b
-            bad += not same
-            print(f"{'ok' if same else 'DIFFERS':7} {rel}")
+                problems = [] if a == b else ["contents differ"]
+            bad += bool(problems)
+            print(f"{'DIFFERS' if problems else 'ok':7} {rel}" + "".join(f"\n        {p}" for p in problems))
     return bad
+
+
+def f32_error_mismatches(committed: dict, fresh: dict | None) -> list[str]:
+    """How far PyTorch's f32 gradient lands from its f64 one depends on the CPU's kernels (MKL's
+    and ATen's code paths, AVX2 or AVX-512). With the converging step it stays within a few times
+    across them, so a regeneration must land within 10x. At the paper's gamma 0.1 it is rounding
+    noise at or above the gradient's own scale whose size the kernels decide (grad=exact: 1.0 to
+    26 between two CPUs and four kernel settings of one): all a regeneration can promise is what
+    the Rust test relies on, that f32 does not carry the gradient there (error > 0.1)."""
+    if fresh is None or committed.keys() != fresh.keys():
+        return ["f32_vs_f64: settings differ"]
+    problems = []
+    for setting, errors in committed.items():
+        if errors.keys() != fresh[setting].keys():
+            problems.append(f"f32_vs_f64.{setting}: gradient choices differ")
+            continue
+        for gradient, x in errors.items():
+            y = fresh[setting][gradient]
+            if setting == "paper":
+                same = x > 0.1 and y > 0.1
+            else:
+                same = 0.1 <= (x + 1e-12) / (y + 1e-12) <= 10.0
+            if not same:
+                problems.append(f"f32_vs_f64.{setting}.{gradient}: committed {x:.3g}, regenerated {y:.3g}")
+    return problems
 
 
 def main() -> int:
