@@ -1,5 +1,6 @@
 //! Rendering [`Chart`]s with plotters, generic over the backend so that SVG and PNG come from
-//! one drawing routine.
+//! one drawing routine. The legend goes beneath the plot, one row per series: drawn inside, it
+//! hid whatever data lay under it (bars, whiskers, lines near the top).
 
 use super::charts::{BarChart, Chart, LineChart};
 use plotters::coord::Shift;
@@ -8,16 +9,98 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
-/// Draws `chart` over the whole of `root`.
+/// Pixel size of the plot (axes, data, title) above the legend.
+pub const PLOT_SIZE: (u32, u32) = (1000, 600);
+const LEGEND_ROW: u32 = 22;
+const LEGEND_PADDING: u32 = 12;
+/// The legend's left edge: under the y axis, past its labels.
+const LEGEND_LEFT: i32 = 80;
+
+/// Pixel size of `chart` drawn whole: the plot, then a legend as tall as its series need.
+pub fn chart_size(chart: &Chart) -> (u32, u32) {
+    let rows = legend(chart).len() as u32;
+    (PLOT_SIZE.0, PLOT_SIZE.1 + 2 * LEGEND_PADDING + rows * LEGEND_ROW)
+}
+
+/// Draws `chart` over the whole of `root`, which is [`chart_size`] big.
 pub fn draw_chart<DB: DrawingBackend>(
     chart: &Chart,
     root: &DrawingArea<DB, Shift>,
 ) -> DrawResult<DB> {
     root.fill(&WHITE)?;
+    let (plot, below) = root.split_vertically(PLOT_SIZE.1);
     match chart {
-        Chart::Lines(c) => draw_lines(c, root),
-        Chart::Bars(c) => draw_bars(c, root),
+        Chart::Lines(c) => draw_lines(c, &plot)?,
+        Chart::Bars(c) => draw_bars(c, &plot)?,
     }
+    draw_legend(&legend(chart), &below)
+}
+
+/// How a legend row shows its series: as the chart draws it.
+enum Swatch {
+    /// A line and its marker (hollow for clean accuracy, filled otherwise).
+    Line {
+        color: RGBAColor,
+        width: u32,
+        hollow: bool,
+    },
+    Bar {
+        color: RGBAColor,
+    },
+}
+
+fn legend(chart: &Chart) -> Vec<(&str, Swatch)> {
+    match chart {
+        Chart::Lines(c) => c
+            .series
+            .iter()
+            .map(|s| {
+                let color = Palette99::pick(s.color).to_rgba();
+                (
+                    s.label.as_str(),
+                    Swatch::Line { color, width: line_width(s.clean), hollow: s.clean },
+                )
+            })
+            .collect(),
+        Chart::Bars(c) => c
+            .series
+            .iter()
+            .enumerate()
+            .map(|(b, s)| (s.label.as_str(), Swatch::Bar { color: Palette99::pick(b).to_rgba() }))
+            .collect(),
+    }
+}
+
+fn line_width(clean: bool) -> u32 {
+    if clean {
+        1
+    } else {
+        3
+    }
+}
+
+fn draw_legend<DB: DrawingBackend>(
+    rows: &[(&str, Swatch)],
+    area: &DrawingArea<DB, Shift>,
+) -> DrawResult<DB> {
+    let text =
+        TextStyle::from(("sans-serif", 15).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, (label, swatch)) in rows.iter().enumerate() {
+        let y = (LEGEND_PADDING + i as u32 * LEGEND_ROW + LEGEND_ROW / 2) as i32;
+        let x = LEGEND_LEFT;
+        match *swatch {
+            Swatch::Line { color, width, hollow } => {
+                area.draw(&PathElement::new(vec![(x, y), (x + 28, y)], color.stroke_width(width)))?;
+                let marker = if hollow { color.stroke_width(1) } else { color.filled() };
+                area.draw(&Circle::new((x + 14, y), 4, marker))?;
+            }
+            Swatch::Bar { color } => {
+                area.draw(&Rectangle::new([(x + 6, y - 6), (x + 22, y + 6)], color.filled()))?;
+            }
+        }
+        area.draw(&Text::new(label.to_string(), (x + 40, y), text.clone()))?;
+    }
+    Ok(())
 }
 
 fn draw_lines<DB: DrawingBackend>(c: &LineChart, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
@@ -52,11 +135,8 @@ fn draw_lines<DB: DrawingBackend>(c: &LineChart, root: &DrawingArea<DB, Shift>) 
         .draw()?;
     for s in &c.series {
         let color = Palette99::pick(s.color).to_rgba();
-        let style = color.stroke_width(if s.clean { 1 } else { 3 });
-        chart
-            .draw_series(LineSeries::new(s.points.iter().map(|&(x, y, _)| (x, y)), style))?
-            .label(s.label.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        let style = color.stroke_width(line_width(s.clean));
+        chart.draw_series(LineSeries::new(s.points.iter().map(|&(x, y, _)| (x, y)), style))?;
         let marker = |(x, y): (f64, f64)| {
             if s.clean {
                 Circle::new((x, y), 4, color.stroke_width(1))
@@ -70,19 +150,6 @@ fn draw_lines<DB: DrawingBackend>(c: &LineChart, root: &DrawingArea<DB, Shift>) 
             sd.map(|sd| PathElement::new(vec![(x, y - sd), (x, y + sd)], color))
         }))?;
     }
-    // Accuracies fall to the right less often than they rise; other measures (drift) may not.
-    let legend = if c.y_max.is_some() {
-        SeriesLabelPosition::UpperLeft
-    } else {
-        SeriesLabelPosition::LowerRight
-    };
-    chart
-        .configure_series_labels()
-        .position(legend)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()?;
     Ok(())
 }
 
@@ -109,14 +176,11 @@ fn draw_bars<DB: DrawingBackend>(c: &BarChart, root: &DrawingArea<DB, Shift>) ->
     for (b, s) in c.series.iter().enumerate() {
         let color = Palette99::pick(b).to_rgba();
         let left = |cat: usize| cat as f64 * slot + 0.5 + b as f64;
-        chart
-            .draw_series(s.values.iter().enumerate().filter_map(|(cat, v)| {
-                v.map(|(mean, _)| {
-                    Rectangle::new([(left(cat), 0.0), (left(cat) + 1.0, mean)], color.filled())
-                })
-            }))?
-            .label(s.label.as_str())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        chart.draw_series(s.values.iter().enumerate().filter_map(|(cat, v)| {
+            v.map(|(mean, _)| {
+                Rectangle::new([(left(cat), 0.0), (left(cat) + 1.0, mean)], color.filled())
+            })
+        }))?;
         chart.draw_series(s.values.iter().enumerate().filter_map(|(cat, v)| {
             let (mean, sd) = (*v)?;
             let x = left(cat) + 0.5;
@@ -130,12 +194,5 @@ fn draw_bars<DB: DrawingBackend>(c: &BarChart, root: &DrawingArea<DB, Shift>) ->
         let (x, y) = chart.backend_coord(&(center, 0.0));
         root.draw(&Text::new(name.clone(), (x, y + 8), label_style.clone()))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()?;
     Ok(())
 }

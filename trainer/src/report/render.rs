@@ -7,9 +7,6 @@ use anyhow::{anyhow, Context, Result};
 use super::charts::Chart;
 use super::{draw, glyph_bitmap};
 
-/// Pixel size of every plot.
-const PLOT_SIZE: (u32, u32) = (1000, 600);
-
 /// Where to look for a font when `--font` is not given: DejaVu and Liberation on Linux
 /// (`apt-get install fonts-dejavu-core`), Arial on macOS and Windows.
 const FONT_CANDIDATES: &[&str] = &[
@@ -51,20 +48,21 @@ pub fn render_chart(
 ) -> Result<Vec<PathBuf>> {
     use plotters::prelude::{IntoDrawingArea, SVGBackend};
     let mut written = Vec::new();
+    let size = draw::chart_size(chart);
     let svg = dir.join(format!("{stem}.svg"));
     {
-        let root = SVGBackend::new(&svg, PLOT_SIZE).into_drawing_area();
+        let root = SVGBackend::new(&svg, size).into_drawing_area();
         draw::draw_chart(chart, &root).map_err(|e| anyhow!("drawing {}: {e}", svg.display()))?;
         root.present().map_err(|e| anyhow!("writing {}: {e}", svg.display()))?;
     }
     written.push(svg);
     if let Some(font) = font {
         let png = dir.join(format!("{stem}.png"));
-        let (w, h) = PLOT_SIZE;
+        let (w, h) = size;
         let mut rgb = vec![255u8; (w * h * 3) as usize];
         {
             let backend = glyph_bitmap::GlyphBitmap {
-                inner: plotters::backend::BitMapBackend::with_buffer(&mut rgb, PLOT_SIZE),
+                inner: plotters::backend::BitMapBackend::with_buffer(&mut rgb, size),
                 font,
             };
             let root = backend.into_drawing_area();
@@ -72,7 +70,7 @@ pub fn render_chart(
                 .map_err(|e| anyhow!("drawing {}: {e}", png.display()))?;
             root.present().map_err(|e| anyhow!("drawing {}: {e}", png.display()))?;
         }
-        write_png(&png, &rgb, PLOT_SIZE)?;
+        write_png(&png, &rgb, size)?;
         written.push(png);
     }
     Ok(written)

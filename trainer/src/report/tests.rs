@@ -386,6 +386,52 @@ fn plots_are_written_with_their_labels() {
     assert_eq!(json["runs"].as_array().unwrap().len(), 8);
 }
 
+/// `(y, text)` of every `<text>` element of a plotters SVG.
+fn svg_texts(svg: &str) -> Vec<(f64, String)> {
+    svg.split("<text ")
+        .skip(1)
+        .map(|t| {
+            let y = t.split(" y=\"").nth(1).and_then(|r| r.split('"').next()).unwrap();
+            let body = t.split_once('>').unwrap().1.split("</text>").next().unwrap();
+            (y.parse().unwrap(), body.trim().to_string())
+        })
+        .collect()
+}
+
+/// Every series is named once, beneath the plot, where no data can lie under its name; the
+/// picture grows with the number of series instead.
+#[test]
+fn legends_lie_beneath_the_plot() {
+    let tmp = tempfile::tempdir().unwrap();
+    fixture(tmp.path());
+    let report = default_report(tmp.path());
+    let out = tmp.path().join("out");
+    write_report(&report, &out, None).unwrap();
+    for (stem, chart) in charts(&report) {
+        let labels: Vec<&str> = match &chart {
+            Chart::Lines(c) => c.series.iter().map(|s| s.label.as_str()).collect(),
+            Chart::Bars(c) => c.series.iter().map(|s| s.label.as_str()).collect(),
+        };
+        let svg = std::fs::read_to_string(out.join(format!("plots/{stem}.svg"))).unwrap();
+        let (w, h) = draw::chart_size(&chart);
+        assert!(svg.contains(&format!("width=\"{w}\" height=\"{h}\"")), "{stem}: size");
+        assert!(
+            h >= draw::PLOT_SIZE.1 + 22 * labels.len() as u32,
+            "{stem}: no room for the legend"
+        );
+        let texts = svg_texts(&svg);
+        for label in labels {
+            let ys: Vec<f64> = texts.iter().filter(|(_, t)| t == label).map(|&(y, _)| y).collect();
+            assert_eq!(ys.len(), 1, "{stem}: {label:?} named {} times", ys.len());
+            assert!(
+                ys[0] > draw::PLOT_SIZE.1 as f64 && ys[0] < h as f64,
+                "{stem}: {label:?} at y = {}, inside the plot",
+                ys[0]
+            );
+        }
+    }
+}
+
 /// EX-BERT is the T sweep's `T = 0` (the solve's start is EX-BERT's step) and BERT a flat
 /// reference across the sweep; without EX-BERT the line starts at its smallest T.
 #[test]
