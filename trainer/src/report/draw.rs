@@ -38,11 +38,10 @@ pub fn draw_chart<DB: DrawingBackend>(
 
 /// How a legend row shows its series: as the chart draws it.
 enum Swatch {
-    /// A line and its marker (hollow for clean accuracy, filled otherwise).
+    /// A line and its marker, styled as [`line_style`] and [`marker_style`] say.
     Line {
         color: RGBAColor,
-        width: u32,
-        hollow: bool,
+        clean: bool,
     },
     Bar {
         color: RGBAColor,
@@ -56,10 +55,7 @@ fn legend(chart: &Chart) -> Vec<(&str, Swatch)> {
             .iter()
             .map(|s| {
                 let color = Palette99::pick(s.color).to_rgba();
-                (
-                    s.label.as_str(),
-                    Swatch::Line { color, width: line_width(s.clean), hollow: s.clean },
-                )
+                (s.label.as_str(), Swatch::Line { color, clean: s.clean })
             })
             .collect(),
         Chart::Bars(c) => c
@@ -71,11 +67,16 @@ fn legend(chart: &Chart) -> Vec<(&str, Swatch)> {
     }
 }
 
-fn line_width(clean: bool) -> u32 {
+/// Clean accuracy is drawn thin with hollow markers, AdvGLUE thick with filled ones.
+fn line_style(color: RGBAColor, clean: bool) -> ShapeStyle {
+    color.stroke_width(if clean { 1 } else { 3 })
+}
+
+fn marker_style(color: RGBAColor, clean: bool) -> ShapeStyle {
     if clean {
-        1
+        color.stroke_width(1)
     } else {
-        3
+        color.filled()
     }
 }
 
@@ -89,10 +90,9 @@ fn draw_legend<DB: DrawingBackend>(
         let y = (LEGEND_PADDING + i as u32 * LEGEND_ROW + LEGEND_ROW / 2) as i32;
         let x = LEGEND_LEFT;
         match *swatch {
-            Swatch::Line { color, width, hollow } => {
-                area.draw(&PathElement::new(vec![(x, y), (x + 28, y)], color.stroke_width(width)))?;
-                let marker = if hollow { color.stroke_width(1) } else { color.filled() };
-                area.draw(&Circle::new((x + 14, y), 4, marker))?;
+            Swatch::Line { color, clean } => {
+                area.draw(&PathElement::new(vec![(x, y), (x + 28, y)], line_style(color, clean)))?;
+                area.draw(&Circle::new((x + 14, y), 4, marker_style(color, clean)))?;
             }
             Swatch::Bar { color } => {
                 area.draw(&Rectangle::new([(x + 6, y - 6), (x + 22, y + 6)], color.filled()))?;
@@ -135,16 +135,10 @@ fn draw_lines<DB: DrawingBackend>(c: &LineChart, root: &DrawingArea<DB, Shift>) 
         .draw()?;
     for s in &c.series {
         let color = Palette99::pick(s.color).to_rgba();
-        let style = color.stroke_width(line_width(s.clean));
-        chart.draw_series(LineSeries::new(s.points.iter().map(|&(x, y, _)| (x, y)), style))?;
-        let marker = |(x, y): (f64, f64)| {
-            if s.clean {
-                Circle::new((x, y), 4, color.stroke_width(1))
-            } else {
-                Circle::new((x, y), 4, color.filled())
-            }
-        };
-        chart.draw_series(s.points.iter().map(|&(x, y, _)| marker((x, y))))?;
+        let line = s.points.iter().map(|&(x, y, _)| (x, y));
+        chart.draw_series(LineSeries::new(line, line_style(color, s.clean)))?;
+        let marker = marker_style(color, s.clean);
+        chart.draw_series(s.points.iter().map(|&(x, y, _)| Circle::new((x, y), 4, marker)))?;
         // Whiskers: ± one standard deviation over seeds.
         chart.draw_series(s.points.iter().filter_map(|&(x, y, sd)| {
             sd.map(|sd| PathElement::new(vec![(x, y - sd), (x, y + sd)], color))
